@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# cmecho entry points. The module itself is built by kbuild from ./Kbuild.
+#
+#   make            build cmecho.ko against KDIR (default: the cached test kernel)
+#   make check      toolchain -> kernel -> module -> selftests in a VM -> rustfmt
+#   make demo       show cmecho working in a VM
+#   make setup      install the toolchain only
+#   make kernel     build (or find in the cache) the test kernel only
+#   make clean      remove build products from the source tree
+
+ifneq ($(KERNELRELEASE),)
+# Invoked by kbuild: ./Kbuild describes the objects.
+include $(src)/Kbuild
+else
+
+.PHONY: all modules setup kernel check demo clean
+
+all modules:
+	scripts/kmake modules
+
+setup:
+	scripts/setup-toolchain
+
+kernel: setup
+	scripts/build-kernel
+
+check:
+	scripts/check
+
+demo:
+	scripts/demo
+
+clean:
+	-scripts/kmake clean 2>/dev/null
+	rm -rf results
+endif

@@ -1,0 +1,38 @@
+# Shared settings for cmecho's scripts: where the cache lives and which tools to use.
+# Source it; it defines variables and functions only.
+CMECHO_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=versions.env
+. "$CMECHO_TOP/scripts/versions.env"
+CMECHO_CACHE=${CMECHO_CACHE:-$HOME/.cache/cmecho}
+APT_DIR=$CMECHO_CACHE/apt
+KSRC=$CMECHO_CACHE/linux-source-$KERNEL_DEB_VERSION/linux-source-$KERNEL_SERIES
+CARGO_ROOT=$CMECHO_CACHE/cargo
+VENV=$CMECHO_CACHE/venv
+
+die() { echo "cmecho: error: $*" >&2; exit 1; }
+say() { echo "cmecho: $*" >&2; }
+
+rustc_version() { rustc --version | awk '{print $2}'; }
+rust_src_dir() { echo "$CMECHO_CACHE/rust-src-$(rustc_version)"; }
+
+# The exports a kernel or module build needs for Rust.
+toolchain_env() {
+	export RUST_LIB_SRC
+	RUST_LIB_SRC="$(rust_src_dir)/usr/lib/rustlib/src/rust/library"
+	export LIBCLANG_PATH
+	LIBCLANG_PATH=$("$VENV/bin/python3" -c 'import clang, os; print(os.path.join(os.path.dirname(clang.__file__), "native"))' 2>/dev/null)
+	export PATH="$CARGO_ROOT/bin:$VENV/bin:$PATH"
+}
+
+# The cache key of a kernel build: kernel version, config fragment, toolchain versions.
+kernel_key() {
+	{
+		echo "$KERNEL_DEB_VERSION"
+		rustc --version
+		gcc --version | head -1
+		echo "bindgen $BINDGEN_VERSION libclang $LIBCLANG_VERSION vng $VIRTME_NG_VERSION"
+		cat "$CMECHO_TOP/tools/testing/selftests/cmecho/config"
+		cat "$CMECHO_TOP/scripts/kernel-trims.config"
+	} | sha256sum | cut -c1-12
+}
+kernel_dir() { echo "$CMECHO_CACHE/kernel-$(kernel_key)"; }

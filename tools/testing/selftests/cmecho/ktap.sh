@@ -1,0 +1,58 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# KTAP output for cmecho's selftests. Source it; call ktap_plan first and
+# ktap_finished last (it exits: 0 all passed, 1 any failed, 4 only skips).
+
+KTAP_N=0
+KTAP_PASS=0
+KTAP_FAIL=0
+KTAP_SKIP=0
+
+ktap_plan() {
+	echo "TAP version 13"
+	echo "1..$1"
+}
+
+ktap_info() {
+	echo "# $*"
+}
+
+ktap_pass() {
+	KTAP_N=$((KTAP_N + 1))
+	KTAP_PASS=$((KTAP_PASS + 1))
+	echo "ok $KTAP_N $*"
+}
+
+ktap_fail() {
+	KTAP_N=$((KTAP_N + 1))
+	KTAP_FAIL=$((KTAP_FAIL + 1))
+	echo "not ok $KTAP_N $*"
+}
+
+# ktap_skip NAME REASON
+ktap_skip() {
+	KTAP_N=$((KTAP_N + 1))
+	KTAP_SKIP=$((KTAP_SKIP + 1))
+	echo "ok $KTAP_N $1 # SKIP $2"
+}
+
+# ktap_check NAME COMMAND...: runs the command, passes when it exits 0.
+ktap_check() {
+	_name=$1
+	shift
+	if "$@"; then
+		ktap_pass "$_name"
+	else
+		ktap_fail "$_name"
+	fi
+}
+
+ktap_finished() {
+	echo "# Totals: pass:$KTAP_PASS fail:$KTAP_FAIL xfail:0 xpass:0 skip:$KTAP_SKIP error:0"
+	if [ "$KTAP_FAIL" -gt 0 ]; then
+		exit 1
+	elif [ "$KTAP_SKIP" -gt 0 ] && [ "$KTAP_PASS" -eq 0 ]; then
+		exit 4
+	fi
+	exit 0
+}

@@ -1,0 +1,84 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# Shared setup for cmecho's selftests: the module, two network namespaces joined by
+# a veth pair with an rxe link on each end, and kernel-log checks. Source it.
+
+# Sourced from a test in this directory, or with SELFTEST_DIR set.
+SELFTEST_DIR=${SELFTEST_DIR:-$(cd "$(dirname "$0")" && pwd)}
+. "$SELFTEST_DIR/ktap.sh"
+CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
+CFS=/sys/kernel/config/cmecho
+
+NS_A=cmecho_a
+NS_B=cmecho_b
+ADDR_A=10.77.0.1
+ADDR_B=10.77.0.2
+RXE_A=rxe_a
+RXE_B=rxe_b
+
+# Where this test's part of the kernel log starts.
+dmesg_mark() {
+	DMESG_START=$(dmesg | wc -l)
+}
+
+# Kernel log lines since dmesg_mark.
+dmesg_since() {
+	dmesg | tail -n +"$((DMESG_START + 1))"
+}
+
+# Passes when the kernel log since dmesg_mark has no BUG, WARNING, Oops or leak report.
+check_dmesg_clean() {
+	_bad=$(dmesg_since | grep -E 'BUG:|WARNING:|Oops|general protection|kmemleak: .*new suspected' || true)
+	if [ -n "$_bad" ]; then
+		echo "$_bad" | sed 's/^/# dmesg: /'
+		return 1
+	fi
+	return 0
+}
+
+ensure_configfs() {
+	grep -q ' /sys/kernel/config configfs ' /proc/mounts ||
+		mount -t configfs none /sys/kernel/config
+}
+
+# Runs a command until it succeeds, at most $1 times 0.1 s apart.
+wait_for() {
+	_n=$1
+	shift
+	while [ "$_n" -gt 0 ]; do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.1
+		_n=$((_n - 1))
+	done
+	return 1
+}
+
+# Two namespaces, a veth pair between them, an rxe link on each end.
+net_setup() {
+	net_cleanup
+	modprobe rdma_rxe || return 1
+	ip netns add $NS_A && ip netns add $NS_B || return 1
+	ip link add va netns $NS_A type veth peer name vb netns $NS_B || return 1
+	ip -n $NS_A addr add $ADDR_A/24 dev va && ip -n $NS_A link set va up &&
+		ip -n $NS_A link set lo up || return 1
+	ip -n $NS_B addr add $ADDR_B/24 dev vb && ip -n $NS_B link set vb up &&
+		ip -n $NS_B link set lo up || return 1
+	ip netns exec $NS_A rdma link add $RXE_A type rxe netdev va || return 1
+	ip netns exec $NS_B rdma link add $RXE_B type rxe netdev vb || return 1
+	# Both ends answer ping before RDMA traffic starts.
+	wait_for 50 ip netns exec $NS_B ping -c 1 -W 1 $ADDR_A ||
+		{ ktap_info "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
+}
+
+net_cleanup() {
+	rdma link del $RXE_A 2>/dev/null
+	rdma link del $RXE_B 2>/dev/null
+	ip netns del $NS_A 2>/dev/null
+	ip netns del $NS_B 2>/dev/null
+	return 0
+}
+
+# True when an RDMA CM id listens on port $1 (any namespace).
+cm_listening() {
+	rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr [^ ]*:$1 "
+}
