@@ -5,6 +5,7 @@
 //! The crate root is a list of modules: `rdma` is the only one that holds `unsafe`.
 
 mod configfs;
+mod echo;
 mod rdma;
 
 use kernel::prelude::*;
@@ -27,8 +28,11 @@ module! {
 struct CmEcho {
     /// Proof that the load-time RDMA CM probe passed; initialised first.
     _probe: (),
+    /// The configfs subsystem; dropped first, tearing every endpoint down.
     #[pin]
     subsystem: kernel::configfs::Subsystem<configfs::Root>,
+    /// The module's workqueue; initialised before, dropped after everything else.
+    _wq: rdma::WorkQueue,
 }
 
 /// Runs the load-time RDMA CM probe and says how it went.
@@ -49,6 +53,7 @@ impl kernel::InPlaceModule for CmEcho {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             _probe: probe()?,
+            _wq: rdma::WorkQueue::new()?,
             subsystem <- configfs::subsystem(),
         })
     }

@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * RDMA CM helpers for cmecho's Rust layer.
+ * RDMA CM helpers for cmecho's Rust layer (rust/rdma/cm.rs).
  *
  * rdma_create_id() is a macro that passes KBUILD_MODNAME, which only a C
- * translation unit of this module has; the helpers here call it on Rust's behalf.
+ * translation unit of this module has; the structs the CM hands out (events,
+ * connection parameters, routes) have no Rust bindings. The helpers here call the
+ * CM on Rust's behalf and turn those structs into plain scalars. They hold no
+ * policy: the order of calls is decided, and enforced, in Rust.
  */
 #include <linux/err.h>
+#include <linux/inet.h>
+#include <linux/nsproxy.h>
+#include <linux/sched.h>
+#include <linux/workqueue.h>
 #include <net/net_namespace.h>
+#include <rdma/ib_cm.h>
+#include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 
 #include "cmecho_helpers.h"
@@ -38,4 +47,270 @@ int cmecho_probe_cm_id(u8 ack_timeout)
 	ret = rdma_set_ack_timeout(id, ack_timeout);
 	rdma_destroy_id(id);
 	return ret;
+}
+
+struct net *cmecho_net_get_current(void)
+{
+	return get_net(current->nsproxy->net_ns);
+}
+
+void cmecho_net_put(struct net *net)
+{
+	put_net(net);
+}
+
+u32 cmecho_net_inum(const struct net *net)
+{
+	return net->ns.inum;
+}
+
+/* Every event of every cmecho id goes to Rust, with the id's context. */
+static int cmecho_cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *event)
+{
+	return cmecho_rs_cm_event(id->context, id, event);
+}
+
+struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx)
+{
+	return rdma_create_id(net, cmecho_cm_handler, ctx, RDMA_PS_TCP, IB_QPT_RC);
+}
+
+void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)
+{
+	id->context = ctx;
+}
+
+void cmecho_cm_destroy_id(struct rdma_cm_id *id)
+{
+	rdma_destroy_id(id);
+}
+
+static int cmecho_parse(struct net *net, const char *addr, u16 port,
+			struct sockaddr_storage *ss)
+{
+	char port_str[8];
+
+	snprintf(port_str, sizeof(port_str), "%u", port);
+	return inet_pton_with_scope(net, AF_UNSPEC, addr, port_str, ss);
+}
+
+int cmecho_parse_addr(const char *addr)
+{
+	struct sockaddr_storage ss;
+
+	return cmecho_parse(&init_net, addr, 0, &ss);
+}
+
+int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
+			   u16 port, int timeout_ms)
+{
+	struct sockaddr_storage ss;
+	int ret;
+
+	ret = cmecho_parse(net, addr, port, &ss);
+	if (ret)
+		return ret;
+	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, timeout_ms);
+}
+
+int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u16 port,
+		     int backlog)
+{
+	struct sockaddr_storage ss;
+	int ret;
+
+	ret = cmecho_parse(net, addr, port, &ss);
+	if (ret)
+		return ret;
+	ret = rdma_bind_addr(id, (struct sockaddr *)&ss);
+	if (ret)
+		return ret;
+	return rdma_listen(id, backlog);
+}
+
+int cmecho_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	return rdma_resolve_route(id, timeout_ms);
+}
+
+int cmecho_cm_set_ack_timeout(struct rdma_cm_id *id, u8 timeout)
+{
+	return rdma_set_ack_timeout(id, timeout);
+}
+
+int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer)
+{
+	return rdma_set_min_rnr_timer(id, timer);
+}
+
+void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos)
+{
+	rdma_set_service_type(id, tos);
+}
+
+/*
+ * Connection parameters travel as scalars, not as a struct the Rust side would
+ * have to mirror: responder resources, initiator depth, retry count, RNR retry
+ * count, ECE vendor id and attribute modifier.
+ */
+static void cmecho_conn_param(struct rdma_conn_param *p, u8 resp_res, u8 init_depth,
+			      u8 retry, u8 rnr_retry)
+{
+	memset(p, 0, sizeof(*p));
+	p->responder_resources = resp_res;
+	p->initiator_depth = init_depth;
+	p->retry_count = retry;
+	p->rnr_retry_count = rnr_retry;
+}
+
+int cmecho_cm_connect(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 retry,
+		      u8 rnr_retry, u32 ece_vendor_id, u32 ece_attr_mod)
+{
+	struct rdma_ucm_ece ece = { .vendor_id = ece_vendor_id, .attr_mod = ece_attr_mod };
+	struct rdma_conn_param p;
+
+	cmecho_conn_param(&p, resp_res, init_depth, retry, rnr_retry);
+	return rdma_connect_ece(id, &p, &ece);
+}
+
+int cmecho_cm_accept(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 rnr_retry,
+		     u32 ece_vendor_id, u32 ece_attr_mod)
+{
+	struct rdma_ucm_ece ece = { .vendor_id = ece_vendor_id, .attr_mod = ece_attr_mod };
+	struct rdma_conn_param p;
+
+	cmecho_conn_param(&p, resp_res, init_depth, 0, rnr_retry);
+	return rdma_accept_ece(id, &p, &ece);
+}
+
+int cmecho_cm_reject(struct rdma_cm_id *id, u8 why)
+{
+	u8 reason = why == CMECHO_REJ_VENDOR_OPTION ? IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED :
+						      IB_CM_REJ_CONSUMER_DEFINED;
+
+	return rdma_reject(id, NULL, 0, reason);
+}
+
+const char *cmecho_reject_msg(struct rdma_cm_id *id, int status)
+{
+	return rdma_reject_msg(id, status);
+}
+
+int cmecho_cm_disconnect(struct rdma_cm_id *id)
+{
+	return rdma_disconnect(id);
+}
+
+int cmecho_ev_type(const struct rdma_cm_event *event)
+{
+	switch (event->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED: return CMECHO_EV_ADDR_RESOLVED;
+	case RDMA_CM_EVENT_ADDR_ERROR: return CMECHO_EV_ADDR_ERROR;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: return CMECHO_EV_ROUTE_RESOLVED;
+	case RDMA_CM_EVENT_ROUTE_ERROR: return CMECHO_EV_ROUTE_ERROR;
+	case RDMA_CM_EVENT_CONNECT_REQUEST: return CMECHO_EV_CONNECT_REQUEST;
+	case RDMA_CM_EVENT_CONNECT_ERROR: return CMECHO_EV_CONNECT_ERROR;
+	case RDMA_CM_EVENT_UNREACHABLE: return CMECHO_EV_UNREACHABLE;
+	case RDMA_CM_EVENT_REJECTED: return CMECHO_EV_REJECTED;
+	case RDMA_CM_EVENT_ESTABLISHED: return CMECHO_EV_ESTABLISHED;
+	case RDMA_CM_EVENT_DISCONNECTED: return CMECHO_EV_DISCONNECTED;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: return CMECHO_EV_DEVICE_REMOVAL;
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT: return CMECHO_EV_TIMEWAIT_EXIT;
+	default: return CMECHO_EV_OTHER;
+	}
+}
+
+int cmecho_ev_status(const struct rdma_cm_event *event)
+{
+	return event->status;
+}
+
+u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event)
+{
+	return event->ece.vendor_id;
+}
+
+u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event)
+{
+	return event->ece.attr_mod;
+}
+
+/* The peer's initiator depth and responder resources, on a connect request. */
+u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event)
+{
+	return event->event == RDMA_CM_EVENT_CONNECT_REQUEST ?
+	       event->param.conn.initiator_depth : 0;
+}
+
+u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event)
+{
+	return event->event == RDMA_CM_EVENT_CONNECT_REQUEST ?
+	       event->param.conn.responder_resources : 0;
+}
+
+int cmecho_cm_route_plt(struct rdma_cm_id *id)
+{
+	if (!id->route.path_rec || !id->route.num_pri_alt_paths)
+		return -ENODATA;
+	return id->route.path_rec->packet_life_time;
+}
+
+int cmecho_cm_route_tclass(struct rdma_cm_id *id)
+{
+	if (!id->route.path_rec || !id->route.num_pri_alt_paths)
+		return -ENODATA;
+	return id->route.path_rec->traffic_class;
+}
+
+/*
+ * What the QP really got, as the provider reports it. Out parameters: QP number,
+ * state (enum ib_qp_state), ack timeout exponent, retry count, RNR retry count,
+ * min RNR timer code, path MTU in bytes.
+ */
+int cmecho_cm_query_qp(struct rdma_cm_id *id, u32 *qp_num, u8 *state, u8 *timeout,
+		       u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu)
+{
+	struct ib_qp_init_attr init;
+	struct ib_qp_attr attr;
+	int ret;
+
+	if (!id->qp)
+		return -ENOTCONN;
+	ret = ib_query_qp(id->qp, &attr,
+			  IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY |
+			  IB_QP_MIN_RNR_TIMER | IB_QP_PATH_MTU, &init);
+	if (ret)
+		return ret;
+	*qp_num = id->qp->qp_num;
+	*state = attr.qp_state;
+	*timeout = attr.timeout;
+	*retry_cnt = attr.retry_cnt;
+	*rnr_retry = attr.rnr_retry;
+	*min_rnr_timer = attr.min_rnr_timer;
+	*path_mtu = ib_mtu_enum_to_int(attr.path_mtu);
+	return 0;
+}
+
+/*
+ * The module's own workqueue, for deferred connection teardown and client setup.
+ * Created first at load, destroyed last at unload: destroy_workqueue() waits for
+ * every queued item, so no cmecho code runs after the module is gone.
+ */
+static struct workqueue_struct *cmecho_wq;
+
+int cmecho_wq_init(void)
+{
+	cmecho_wq = alloc_workqueue("cmecho", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	return cmecho_wq ? 0 : -ENOMEM;
+}
+
+void cmecho_wq_exit(void)
+{
+	destroy_workqueue(cmecho_wq);
+	cmecho_wq = NULL;
+}
+
+struct workqueue_struct *cmecho_wq_get(void)
+{
+	return cmecho_wq;
 }

@@ -82,3 +82,11 @@ net_cleanup() {
 cm_listening() {
 	rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr [^ ]*:$1 "
 }
+
+# Runs a shell command inside namespace $1. `ip netns exec` mounts a fresh /sys,
+# so configfs is mounted again in there first.
+in_ns() {
+	_ns=$1
+	shift
+	ip netns exec "$_ns" sh -c "mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; $*"
+}

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The rping client side: connect, then `count` pings of `size` bytes, each one
+//! validated byte for byte.
+//!
+//! One ping: fill the source buffer, SEND {source}, wait for the server's first
+//! go-ahead (it has RDMA-READ the source), SEND {sink}, wait for the second
+//! go-ahead (it has RDMA-WRITten the sink), compare sink and source. Everything
+//! after the connect runs in completion handlers: no thread waits per connection.
+
+use super::rping::{self, Msg, MSG_LEN};
+use super::{Addr, Config, ErrName, Role, Shared, State};
+use crate::rdma::cm::{Conn, ConnHandler, EndReason};
+use crate::rdma::verbs::{QpConfig, WcError};
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::time::{Instant, Monotonic};
+
+/// Completion tags.
+const T_RECV: u32 = 0;
+const T_SEND: u32 = 1;
+
+/// Buffer slots.
+const B_RECV: u32 = 0;
+const B_SRC_MSG: u32 = 1;
+const B_SINK_MSG: u32 = 2;
+const B_SRC: u32 = 3;
+const B_SINK: u32 = 4;
+
+const QP: QpConfig = QpConfig {
+    ntags: 2,
+    nbufs: 5,
+    max_send_wr: 16,
+    max_recv_wr: 4,
+};
+
+/// Where a client connection is in the ping protocol.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Before the connection is established.
+    Setup,
+    /// SENT {source}; waiting for the first go-ahead.
+    WaitRead,
+    /// SENT {sink}; waiting for the second go-ahead.
+    WaitWrite,
+    /// Finished, successfully or not.
+    Done,
+}
+
+struct Progress {
+    phase: Phase,
+    n: u64,
+    started: Option<Instant<Monotonic>>,
+    src: Msg,
+    sink: Msg,
+}
+
+/// One client connection.
+#[pin_data]
+pub(super) struct ClientConn {
+    shared: Arc<Shared>,
+    index: u32,
+    size: u32,
+    count: u64,
+    #[pin]
+    progress: Mutex<Progress>,
+}
+
+/// Starts client connection `index` of an endpoint: its setup runs on the module's
+/// workqueue, the pings in completion handlers.
+pub(super) fn start(shared: Arc<Shared>, cfg: &Config, addr: &Addr, index: u32) -> Result {
+    debug_assert!(cfg.role == Role::Client);
+    let sh = shared.clone();
+    let handler = try_pin_init!(ClientConn {
+            shared: sh,
+            index,
+            size: cfg.size,
+            count: cfg.count,
+            progress <- new_mutex!(Progress {
+                phase: Phase::Setup,
+                n: 0,
+                started: None,
+                src: Msg { addr: 0, rkey: 0, size: 0 },
+                sink: Msg { addr: 0, rkey: 0, size: 0 },
+            }),
+    });
+    let conn = Conn::new_active(handler, cfg.conn_params())?;
+    {
+        let mut g = shared.inner.lock();
+        if let super::Run::Client { conns } = &mut g.run {
+            conns.push(conn.clone(), GFP_KERNEL)?;
+        }
+        g.setups += 1;
+    }
+    let addr = *addr;
+    let port = cfg.port;
+    let sh = shared.clone();
+    let r = crate::rdma::workqueue().try_spawn(GFP_KERNEL, move || {
+        let enabled = sh.inner.lock().enabled;
+        let res = if enabled {
+            conn.connect(&sh.net, addr.as_cstr(), port, QP)
+        } else {
+            conn.close();
+            Ok(())
+        };
+        if let Err(e) = res {
+            sh.step_error(fmt!("client {}", index), &e);
+            conn.handler().finish(false);
+        }
+        let mut g = sh.inner.lock();
+        g.setups -= 1;
+        drop(g);
+        sh.changed.notify_all();
+    });
+    if r.is_err() {
+        let mut g = shared.inner.lock();
+        g.setups -= 1;
+        return Err(ENOMEM);
+    }
+    Ok(())
+}
+
+impl ClientConn {
+    /// Marks this connection finished and updates the endpoint's state.
+    fn finish(&self, ok: bool) {
+        {
+            let mut p = self.progress.lock();
+            if p.phase == Phase::Done {
+                return;
+            }
+            p.phase = Phase::Done;
+        }
+        let mut g = self.shared.inner.lock();
+        g.unfinished = g.unfinished.saturating_sub(1);
+        if !ok {
+            g.state = State::Error;
+        } else if g.unfinished == 0 && g.state != State::Error && g.enabled {
+            g.state = State::Done;
+        }
+    }
+
+    fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        self.shared.error(fmt!("client {}: {}", self.index, what));
+        self.finish(false);
+        conn.close();
+    }
+
+    /// Fills the source buffer with ping `n` and SENDs its location.
+    fn start_ping(&self, conn: &Conn<Self>) -> Result {
+        let mut p = self.progress.lock();
+        let n = p.n;
+        let src = p.src;
+        conn.with_res(|res| {
+            res.with_buf(B_SRC, |b| rping::fill_payload(b, n))?;
+            res.with_buf(B_SINK, |b| b.fill(0))?;
+            res.with_buf(B_SRC_MSG, |b| src.encode(b))??;
+            res.post_send(T_SEND, B_SRC_MSG, 0, MSG_LEN)
+        })?;
+        p.phase = Phase::WaitRead;
+        p.started = Some(Instant::now());
+        Ok(())
+    }
+
+    fn on_recv(&self, conn: &Conn<Self>, len: u32) -> Result<(), &'static str> {
+        if len != MSG_LEN {
+            return Err("protocol error: received a message that is not 16 bytes");
+        }
+        conn.with_res(|res| res.post_recv(T_RECV, B_RECV, 0, MSG_LEN))
+            .map_err(|_| "cannot repost the receive")?;
+        let phase = self.progress.lock().phase;
+        match phase {
+            Phase::WaitRead => {
+                let sink = self.progress.lock().sink;
+                conn.with_res(|res| {
+                    res.with_buf(B_SINK_MSG, |b| sink.encode(b))??;
+                    res.post_send(T_SEND, B_SINK_MSG, 0, MSG_LEN)
+                })
+                .map_err(|_| "cannot send the sink buffer")?;
+                self.progress.lock().phase = Phase::WaitWrite;
+                Ok(())
+            }
+            Phase::WaitWrite => {
+                let same = conn
+                    .with_res(|res| res.with_buf(B_SRC, |s| res.with_buf(B_SINK, |d| s == &*d))?)
+                    .map_err(|_| "cannot read the buffers")?;
+                if !same {
+                    return Err("data mismatch: the echoed ping differs from the one sent");
+                }
+                let (done, rtt) = {
+                    let mut p = self.progress.lock();
+                    p.n += 1;
+                    (p.n >= self.count, p.started.map(|t| t.elapsed()))
+                };
+                self.shared.stats(|s| {
+                    s.pings += 1;
+                    if let Some(d) = rtt {
+                        s.record_rtt(d);
+                    }
+                });
+                if done {
+                    self.finish(true);
+                    conn.disconnect();
+                    conn.close();
+                    Ok(())
+                } else {
+                    self.start_ping(conn)
+                        .map_err(|_| "cannot start the next ping")
+                }
+            }
+            Phase::Setup | Phase::Done => Err("protocol error: unexpected message"),
+        }
+    }
+}
+
+impl ConnHandler for ClientConn {
+    fn setup(&self, conn: &Conn<Self>) -> Result {
+        conn.with_res(|res| {
+            res.alloc_buf(B_RECV, MSG_LEN, false)?;
+            res.alloc_buf(B_SRC_MSG, MSG_LEN, false)?;
+            res.alloc_buf(B_SINK_MSG, MSG_LEN, false)?;
+            res.alloc_buf(B_SRC, self.size, true)?;
+            res.alloc_buf(B_SINK, self.size, true)?;
+            res.post_recv(T_RECV, B_RECV, 0, MSG_LEN)
+        })
+    }
+
+    fn established(&self, conn: &Conn<Self>) {
+        self.shared.read_back(conn);
+        {
+            let mut g = self.shared.inner.lock();
+            g.stats.connections += 1;
+            if g.state == State::Connecting {
+                g.state = State::Running;
+            }
+        }
+        // The source is read by the server, the sink written: fast registrations,
+        // posted ahead of the first SEND that advertises them.
+        let regs =
+            conn.with_res(|res| Ok((res.reg_buf(B_SRC, false)?, res.reg_buf(B_SINK, true)?)));
+        match regs {
+            Ok(((src_rkey, src_addr), (sink_rkey, sink_addr))) => {
+                {
+                    let mut p = self.progress.lock();
+                    p.src = Msg {
+                        addr: src_addr,
+                        rkey: src_rkey,
+                        size: self.size,
+                    };
+                    p.sink = Msg {
+                        addr: sink_addr,
+                        rkey: sink_rkey,
+                        size: self.size,
+                    };
+                }
+                if let Err(e) = self.start_ping(conn) {
+                    self.fail(conn, fmt!("cannot send the first ping: {}", ErrName(e)));
+                }
+            }
+            Err(e) => self.fail(conn, fmt!("cannot register buffers: {}", ErrName(e))),
+        }
+    }
+
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
+        if self.progress.lock().phase == Phase::Done {
+            return;
+        }
+        match status {
+            Err(e) if e.is_flush() => {}
+            Err(e) => {
+                let op = if tag == T_RECV { "RECV" } else { "SEND" };
+                self.fail(conn, fmt!("{} failed: {}", op, e));
+            }
+            Ok(len) if tag == T_RECV => {
+                if let Err(msg) = self.on_recv(conn, len) {
+                    let n = self.progress.lock().n;
+                    self.fail(conn, fmt!("ping {}: {}", n, msg));
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+
+    fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
+        if self.progress.lock().phase != Phase::Done {
+            let n = self.progress.lock().n;
+            let why = match reason {
+                EndReason::Disconnected => "the peer disconnected",
+                EndReason::DeviceRemoval => "the RDMA device was removed",
+            };
+            self.fail(conn, fmt!("{} after {} pings", why, n));
+        } else {
+            conn.close();
+        }
+    }
+}

@@ -1,0 +1,586 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The echo service: endpoints that serve or run pings over `rdma::cm` connections.
+//!
+//! An endpoint is one configfs directory. As a server it listens and answers any
+//! number of clients, each on its own QP; as a client it opens `clients`
+//! connections and runs `count` pings of `size` bytes on each. Both speak the rping
+//! protocol ([`rping`]), so either side may be the stock `rping` of rdma-core.
+//!
+//! This module is safe Rust: everything unsafe is in `crate::rdma`.
+
+mod client;
+pub(crate) mod rping;
+mod server;
+
+use crate::rdma::cm::{Conn, ConnParams, Listener, NetNs, StepError};
+use crate::rdma::params::AckTimeout;
+use crate::rdma::verbs::QpAttrs;
+use kernel::fmt;
+use kernel::prelude::*;
+use kernel::str::CString;
+use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
+use kernel::time::{msecs_to_jiffies, Delta};
+
+/// The longest address an endpoint accepts (an IPv6 address with a scope).
+pub(crate) const MAX_ADDR_LEN: usize = 64;
+/// The most client connections one endpoint opens.
+pub(crate) const MAX_CLIENTS: u32 = 64;
+/// The most pings per client connection.
+pub(crate) const MAX_COUNT: u64 = 10_000_000;
+
+/// Which side an endpoint plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Listens and echoes.
+    Server,
+    /// Connects and pings.
+    Client,
+}
+
+/// An address as text, NUL-terminated, without allocation.
+#[derive(Clone, Copy)]
+pub(crate) struct Addr {
+    buf: [u8; MAX_ADDR_LEN + 1],
+}
+
+impl Addr {
+    /// Copies `s`; `None` if it is empty, too long or holds a NUL.
+    pub(crate) fn new(s: &str) -> Option<Self> {
+        if s.is_empty() || s.len() > MAX_ADDR_LEN || s.bytes().any(|b| b == 0) {
+            return None;
+        }
+        let mut buf = [0u8; MAX_ADDR_LEN + 1];
+        buf[..s.len()].copy_from_slice(s.as_bytes());
+        Some(Self { buf })
+    }
+
+    /// The address as a C string.
+    pub(crate) fn as_cstr(&self) -> &CStr {
+        let len = self
+            .buf
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(MAX_ADDR_LEN);
+        CStr::from_bytes_with_nul(&self.buf[..=len]).unwrap_or(c"")
+    }
+
+    /// The address as text.
+    pub(crate) fn as_str(&self) -> &str {
+        self.as_cstr().to_str().unwrap_or("?")
+    }
+}
+
+/// An endpoint's configuration, as configfs stores it.
+#[derive(Clone, Copy)]
+pub(crate) struct Config {
+    /// Server or client.
+    pub(crate) role: Role,
+    /// The address to listen on or connect to (`None`: unset).
+    pub(crate) addr: Option<Addr>,
+    /// The port.
+    pub(crate) port: u16,
+    /// The ack timeout (`None`: unset, the CM default applies).
+    pub(crate) ack_timeout: Option<AckTimeout>,
+    /// Pings per client connection.
+    pub(crate) count: u64,
+    /// Bytes per ping.
+    pub(crate) size: u32,
+    /// Client connections opened at once.
+    pub(crate) clients: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            role: Role::Client,
+            addr: None,
+            port: rping::DEFAULT_PORT,
+            ack_timeout: None,
+            count: 10,
+            size: 64,
+            clients: 1,
+        }
+    }
+}
+
+impl Config {
+    fn conn_params(&self) -> ConnParams {
+        let mut p = ConnParams::rping();
+        p.ack_timeout = self.ack_timeout;
+        p
+    }
+}
+
+/// An endpoint's state, as `state` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Not enabled.
+    Idle,
+    /// A server that listens.
+    Listening,
+    /// A client setting up its connections.
+    Connecting,
+    /// A client whose connections are pinging.
+    Running,
+    /// A client that completed every ping.
+    Done,
+    /// Failed; `last_error` says why.
+    Error,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Listening => "listening",
+            Self::Connecting => "connecting",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Counters of one endpoint since it was last enabled.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Stats {
+    /// Pings completed (and, on clients, verified).
+    pub(crate) pings: u64,
+    /// Errors of any kind: failed connects, failed work requests, protocol errors,
+    /// verification failures.
+    pub(crate) errors: u64,
+    /// Connections established.
+    pub(crate) connections: u64,
+    rtt_n: u64,
+    rtt_sum_us: u64,
+    rtt_min_us: u64,
+    rtt_max_us: u64,
+}
+
+impl Stats {
+    fn record_rtt(&mut self, d: Delta) {
+        let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
+        if self.rtt_n == 0 || us < self.rtt_min_us {
+            self.rtt_min_us = us;
+        }
+        if us > self.rtt_max_us {
+            self.rtt_max_us = us;
+        }
+        self.rtt_n += 1;
+        self.rtt_sum_us += us;
+    }
+}
+
+/// What the QP of a connection really got, captured when it was established.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ReadBack {
+    /// The QP's attributes.
+    pub(crate) qp: QpAttrs,
+    /// The route's PacketLifeTime, where the route has one.
+    pub(crate) plt: Option<u8>,
+    /// The route's traffic class, where the route has one.
+    pub(crate) tclass: Option<u8>,
+    /// The ECE the peer sent.
+    pub(crate) remote_ece: crate::rdma::params::Ece,
+}
+
+impl ReadBack {
+    /// Reads back what the QP and route of `conn` got.
+    fn of<H: crate::rdma::cm::ConnHandler>(conn: &Conn<H>) -> Option<Self> {
+        Some(Self {
+            qp: conn.qp_attrs().ok()?,
+            plt: conn.route_plt(),
+            tclass: conn.route_tclass(),
+            remote_ece: conn.remote_ece(),
+        })
+    }
+}
+
+/// The running parts of an enabled endpoint.
+enum Run {
+    /// Not enabled.
+    None,
+    /// A server's listener and its accepted connections.
+    Server {
+        listener: Arc<Listener<server::Listen>>,
+        conns: KVec<Arc<Conn<server::ServerConn>>>,
+    },
+    /// A client's connections.
+    Client {
+        conns: KVec<Arc<Conn<client::ClientConn>>>,
+    },
+}
+
+/// An endpoint's mutable state, protected by [`Shared::inner`].
+struct Inner {
+    cfg: Config,
+    enabled: bool,
+    state: State,
+    last_error: Option<CString>,
+    stats: Stats,
+    read_back: Option<ReadBack>,
+    run: Run,
+    /// Client connection setups still running on the workqueue.
+    setups: u32,
+    /// Client connections that have not finished their pings yet.
+    unfinished: u32,
+}
+
+/// The part of an endpoint its connections share.
+#[pin_data]
+pub(crate) struct Shared {
+    name: CString,
+    net: NetNs,
+    #[pin]
+    inner: Mutex<Inner>,
+    #[pin]
+    changed: CondVar,
+}
+
+/// One cmecho endpoint: a configfs directory.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+impl Endpoint {
+    /// Creates an endpoint named `name` in the network namespace of the caller.
+    pub(crate) fn new(name: &CStr) -> Result<impl PinInit<Self, Error>> {
+        let shared = Arc::pin_init(
+            try_pin_init!(Shared {
+                name: CString::try_from(name)?,
+                net: NetNs::current(),
+                inner <- new_mutex!(Inner {
+                    cfg: Config::default(),
+                    enabled: false,
+                    state: State::Idle,
+                    last_error: None,
+                    stats: Stats::default(),
+                    read_back: None,
+                    run: Run::None,
+                    setups: 0,
+                    unfinished: 0,
+                }),
+                changed <- new_condvar!(),
+            }),
+            GFP_KERNEL,
+        )?;
+        Ok(try_pin_init!(Self { shared }))
+    }
+
+    /// Runs `f` on the configuration if the endpoint is not enabled.
+    ///
+    /// `f` either changes the configuration or returns an error message, in which
+    /// case nothing changed. The error becomes `last_error`; a change while enabled
+    /// fails with `EBUSY`.
+    pub(crate) fn configure(
+        &self,
+        attr: &str,
+        f: impl FnOnce(&mut Config) -> Result<(), &'static str>,
+    ) -> Result {
+        let mut g = self.shared.inner.lock();
+        if g.enabled {
+            set_error(&mut g, fmt!("{}: cannot change while enabled", attr));
+            return Err(EBUSY);
+        }
+        let mut cfg = g.cfg;
+        match f(&mut cfg) {
+            Ok(()) => {
+                g.cfg = cfg;
+                Ok(())
+            }
+            Err(msg) => {
+                set_error(&mut g, fmt!("{}: {}", attr, msg));
+                Err(EINVAL)
+            }
+        }
+    }
+
+    /// Records a bad value for `attr` in `last_error`; returns `EINVAL`.
+    pub(crate) fn invalid(&self, attr: &str, msg: &str) -> Error {
+        set_error(&mut self.shared.inner.lock(), fmt!("{}: {}", attr, msg));
+        EINVAL
+    }
+
+    /// Reads the configuration.
+    pub(crate) fn config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
+        f(&self.shared.inner.lock().cfg)
+    }
+
+    /// Whether the endpoint is enabled.
+    pub(crate) fn enabled(&self) -> bool {
+        self.shared.inner.lock().enabled
+    }
+
+    /// Enables or disables the endpoint.
+    pub(crate) fn set_enabled(&self, on: bool) -> Result {
+        if on {
+            self.enable()
+        } else {
+            self.disable();
+            Ok(())
+        }
+    }
+
+    fn enable(&self) -> Result {
+        let sh = &self.shared;
+        let mut g = sh.inner.lock();
+        if g.enabled {
+            set_error(&mut g, fmt!("enable: already enabled"));
+            return Err(EBUSY);
+        }
+        let Some(addr) = g.cfg.addr else {
+            set_error(&mut g, fmt!("enable: addr is not set"));
+            return Err(EINVAL);
+        };
+        let cfg = g.cfg;
+        g.stats = Stats::default();
+        g.read_back = None;
+        g.last_error = None;
+        match cfg.role {
+            Role::Server => {
+                drop(g);
+                let listen = server::Listen::new(sh.clone());
+                match Listener::listen(&sh.net, addr.as_cstr(), cfg.port, cfg.conn_params(), listen)
+                {
+                    Ok(listener) => {
+                        let mut g = sh.inner.lock();
+                        g.run = Run::Server {
+                            listener,
+                            conns: KVec::new(),
+                        };
+                        g.enabled = true;
+                        g.state = State::Listening;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let mut g = sh.inner.lock();
+                        g.state = State::Error;
+                        set_error(
+                            &mut g,
+                            fmt!(
+                                "enable: {}: {} on {}:{}",
+                                e.step,
+                                ErrName(e.err),
+                                addr.as_str(),
+                                cfg.port
+                            ),
+                        );
+                        Err(e.err)
+                    }
+                }
+            }
+            Role::Client => {
+                g.run = Run::Client { conns: KVec::new() };
+                g.enabled = true;
+                g.state = State::Connecting;
+                g.unfinished = cfg.clients;
+                drop(g);
+                for i in 0..cfg.clients {
+                    if let Err(e) = client::start(sh.clone(), &cfg, &addr, i) {
+                        let mut g = sh.inner.lock();
+                        g.stats.errors += 1;
+                        g.unfinished -= 1;
+                        set_error(&mut g, fmt!("client {}: cannot start: {}", i, ErrName(e)));
+                        g.state = State::Error;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Disables the endpoint: stops listening, closes every connection and waits for
+    /// all of it, then goes back to idle. Stats and `last_error` are kept.
+    pub(crate) fn disable(&self) {
+        self.shared.stop();
+    }
+
+    /// Writes `state`.
+    pub(crate) fn show_state(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        writeln!(w, "{}", self.shared.inner.lock().state.name())
+    }
+
+    /// Writes `stats`: one `key value` per line.
+    pub(crate) fn show_stats(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let g = self.shared.inner.lock();
+        let s = g.stats;
+        let active = match &g.run {
+            Run::None => 0,
+            Run::Server { conns, .. } => count_established(conns),
+            Run::Client { conns } => count_established(conns),
+        };
+        drop(g);
+        writeln!(w, "pings {}", s.pings)?;
+        writeln!(w, "errors {}", s.errors)?;
+        writeln!(w, "connections {}", s.connections)?;
+        writeln!(w, "active {}", active)?;
+        if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
+            writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
+            writeln!(w, "rtt_avg_us {}", avg)?;
+            writeln!(w, "rtt_max_us {}", s.rtt_max_us)
+        } else {
+            writeln!(w, "rtt_min_us -")?;
+            writeln!(w, "rtt_avg_us -")?;
+            writeln!(w, "rtt_max_us -")
+        }
+    }
+
+    /// Writes `qp_attrs`: what the last established connection's QP got.
+    pub(crate) fn show_qp_attrs(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let Some(rb) = self.shared.inner.lock().read_back else {
+            return writeln!(w, "none");
+        };
+        let q = rb.qp;
+        writeln!(w, "qp_num {}", q.qp_num)?;
+        writeln!(w, "state {}", q.state_name())?;
+        writeln!(w, "timeout {}", q.timeout)?;
+        writeln!(w, "retry_cnt {}", q.retry_cnt)?;
+        writeln!(w, "rnr_retry {}", q.rnr_retry)?;
+        writeln!(w, "min_rnr_timer {}", q.min_rnr_timer)?;
+        writeln!(w, "path_mtu {}", q.path_mtu)?;
+        match rb.plt {
+            Some(p) => writeln!(w, "packet_life_time {}", p)?,
+            None => writeln!(w, "packet_life_time -")?,
+        }
+        match rb.tclass {
+            Some(t) => writeln!(w, "traffic_class {}", t)?,
+            None => writeln!(w, "traffic_class -")?,
+        }
+        writeln!(w, "remote_ece_vendor_id {:#x}", rb.remote_ece.vendor_id)?;
+        writeln!(w, "remote_ece_attr_mod {:#x}", rb.remote_ece.attr_mod)
+    }
+
+    /// Writes `last_error`.
+    pub(crate) fn show_last_error(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        match &self.shared.inner.lock().last_error {
+            Some(e) => writeln!(w, "{}", e.to_str().unwrap_or("?")),
+            None => writeln!(w, "none"),
+        }
+    }
+
+    /// Writes `netns`: the inode number of the endpoint's network namespace.
+    pub(crate) fn show_netns(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        writeln!(w, "net:[{}]", self.shared.net.inum())
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Endpoint {
+    fn drop(self: Pin<&mut Self>) {
+        self.shared.stop();
+    }
+}
+
+impl Shared {
+    /// The endpoint's name, for messages.
+    fn name(&self) -> &str {
+        self.name.to_str().unwrap_or("?")
+    }
+
+    /// Records an error: counts it, makes it `last_error`, logs it.
+    fn error(&self, msg: fmt::Arguments<'_>) {
+        let mut g = self.inner.lock();
+        g.stats.errors += 1;
+        set_error(&mut g, msg);
+        pr_warn!("{}: {}\n", self.name(), msg);
+    }
+
+    /// Records a failed connection setup.
+    fn step_error(&self, who: fmt::Arguments<'_>, e: &StepError) {
+        match e.status {
+            Some(st) if e.err == ECONNREFUSED => self.error(fmt!(
+                "{}: {}: rejected by the peer: {} (reason {})",
+                who,
+                e.step,
+                e.reject_msg.and_then(|m| m.to_str().ok()).unwrap_or("?"),
+                st
+            )),
+            Some(st) => self.error(fmt!("{}: {} (status {})", who, e.step, st)),
+            None => self.error(fmt!("{}: {}: {}", who, e.step, ErrName(e.err))),
+        }
+    }
+
+    fn stats(&self, f: impl FnOnce(&mut Stats)) {
+        f(&mut self.inner.lock().stats);
+    }
+
+    /// Captures what the QP of a just-established connection got.
+    fn read_back<H: crate::rdma::cm::ConnHandler>(&self, conn: &Conn<H>) {
+        if let Some(rb) = ReadBack::of(conn) {
+            self.inner.lock().read_back = Some(rb);
+        }
+    }
+
+    /// Stops everything and waits: the listener, every connection, every setup.
+    fn stop(&self) {
+        let run = {
+            let mut g = self.inner.lock();
+            g.enabled = false;
+            core::mem::replace(&mut g.run, Run::None)
+        };
+        match run {
+            Run::None => {}
+            Run::Server { listener, conns } => {
+                // No new connections: then close the accepted ones.
+                listener.stop();
+                let extra = core::mem::replace(&mut self.inner.lock().run, Run::None);
+                close_all(&conns);
+                if let Run::Server { conns, .. } = extra {
+                    close_all(&conns);
+                }
+            }
+            Run::Client { conns } => close_all(&conns),
+        }
+        // Client setups still on the workqueue see `enabled == false` and give up;
+        // wait for them, and close what they registered meanwhile.
+        let mut g = self.inner.lock();
+        while g.setups > 0 {
+            let _ = self
+                .changed
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
+        }
+        let late = core::mem::replace(&mut g.run, Run::None);
+        g.state = State::Idle;
+        drop(g);
+        if let Run::Client { conns } = late {
+            close_all(&conns);
+        }
+    }
+}
+
+/// How many of `conns` are established.
+fn count_established<H: crate::rdma::cm::ConnHandler>(conns: &[Arc<Conn<H>>]) -> usize {
+    conns
+        .iter()
+        .filter(|c| c.state() == crate::rdma::cm::ConnState::Established)
+        .count()
+}
+
+/// Closes connections and waits for each; the callers run in process context.
+fn close_all<H: crate::rdma::cm::ConnHandler>(conns: &[Arc<Conn<H>>]) {
+    for c in conns {
+        // Only fails inside the connection's own handler, which is not where we are.
+        let _ = c.close_and_wait();
+    }
+}
+
+fn set_error(g: &mut Inner, msg: fmt::Arguments<'_>) {
+    // Keep the previous error if there is no memory for the new one.
+    if let Ok(s) = CString::try_from_fmt(msg) {
+        g.last_error = Some(s);
+    }
+}
+
+/// An errno, printed by its name where cmecho knows it.
+pub(crate) struct ErrName(pub(crate) Error);
+
+impl fmt::Display for ErrName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.name() {
+            Some(n) => write!(f, "{}", n.to_str().unwrap_or("?")),
+            None => write!(f, "errno {}", self.0.to_errno()),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The rping server side: for each ping, RDMA-READ the client's source, SEND a
+//! go-ahead, RDMA-WRITE the data into the client's sink, SEND a second go-ahead.
+//!
+//! Every {addr, rkey, size} a client sends is untrusted: a message that is not 16
+//! bytes, a zero or oversized size, or a remote access error on a bad rkey tears
+//! that one connection down and counts an error; the server goes on serving.
+
+use super::rping::{Msg, MAX_SIZE, MSG_LEN};
+use super::{ErrName, Run, Shared};
+use crate::rdma::cm::{
+    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
+};
+use crate::rdma::params::Ece;
+use crate::rdma::verbs::{QpConfig, WcError};
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, Mutex};
+
+/// Completion tags.
+const T_RECV: u32 = 0;
+const T_SEND: u32 = 1;
+const T_READ: u32 = 2;
+const T_WRITE: u32 = 3;
+
+/// Buffer slots.
+const B_RECV: u32 = 0;
+const B_GO: u32 = 1;
+const B_DATA: u32 = 2;
+
+const QP: QpConfig = QpConfig {
+    ntags: 4,
+    nbufs: 3,
+    max_send_wr: 8,
+    max_recv_wr: 4,
+};
+
+/// The listener side of a server endpoint.
+pub(super) struct Listen {
+    shared: Arc<Shared>,
+}
+
+impl Listen {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+impl ListenHandler for Listen {
+    type Conn = ServerConn;
+
+    fn qp_config(&self) -> QpConfig {
+        QP
+    }
+
+    fn connect_request(
+        &self,
+        _req: &ConnectRequest,
+    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
+        if !self.shared.inner.lock().enabled {
+            return Err(RejectReason::Consumer);
+        }
+        let shared = self.shared.clone();
+        Ok((
+            try_pin_init!(ServerConn {
+                shared,
+                progress <- new_mutex!(Progress {
+                    phase: Phase::WaitSource,
+                    read_len: 0,
+                }),
+            }),
+            None,
+        ))
+    }
+
+    fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
+        let mut g = self.shared.inner.lock();
+        if let Run::Server { conns, .. } = &mut g.run {
+            // Forget connections that have closed since.
+            conns.retain(|c| c.state() != crate::rdma::cm::ConnState::Closed);
+            if conns.push(conn.clone(), GFP_KERNEL).is_ok() {
+                return;
+            }
+        }
+        drop(g);
+        // Not enabled any more, or no memory to track it: do not keep it.
+        conn.close();
+    }
+
+    fn accept_failed(&self, err: StepError) {
+        self.shared
+            .step_error(fmt!("server: accepting a connection"), &err);
+    }
+
+    fn removed(&self) {
+        self.shared.error(fmt!(
+            "server: the RDMA device was removed; no longer listening"
+        ));
+        self.shared.inner.lock().state = super::State::Error;
+    }
+}
+
+/// Where a server connection is in the ping protocol.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for {source}.
+    WaitSource,
+    /// RDMA READ of the source posted.
+    Reading,
+    /// Go-ahead sent; waiting for {sink}.
+    WaitSink,
+    /// RDMA WRITE into the sink posted.
+    Writing,
+    /// Torn down.
+    Done,
+}
+
+struct Progress {
+    phase: Phase,
+    read_len: u32,
+}
+
+/// One accepted connection.
+#[pin_data]
+pub(super) struct ServerConn {
+    shared: Arc<Shared>,
+    #[pin]
+    progress: Mutex<Progress>,
+}
+
+impl ServerConn {
+    fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        {
+            let mut p = self.progress.lock();
+            if p.phase == Phase::Done {
+                return;
+            }
+            p.phase = Phase::Done;
+        }
+        let qpn = conn.qp_attrs().map(|a| a.qp_num).unwrap_or(0);
+        self.shared.error(fmt!("server: qp {}: {}", qpn, what));
+        conn.close();
+    }
+
+    fn on_recv(&self, conn: &Conn<Self>, len: u32) -> Result<(), &'static str> {
+        let msg = conn
+            .with_res(|res| res.with_buf(B_RECV, |b| Msg::parse(b, len)))
+            .map_err(|_| "cannot read the receive buffer")?
+            .map_err(|_| "protocol error: received a message that is not 16 bytes")?;
+        let size = msg
+            .checked_size(MAX_SIZE)
+            .map_err(|_| "protocol error: advertised size is 0 or larger than 64 KiB")?;
+        conn.with_res(|res| res.post_recv(T_RECV, B_RECV, 0, MSG_LEN))
+            .map_err(|_| "cannot repost the receive")?;
+        let mut p = self.progress.lock();
+        match p.phase {
+            Phase::WaitSource => {
+                conn.with_res(|res| {
+                    res.post_rdma(T_READ, false, B_DATA, 0, size, msg.addr, msg.rkey)
+                })
+                .map_err(|_| "cannot post the RDMA READ")?;
+                p.phase = Phase::Reading;
+                p.read_len = size;
+                Ok(())
+            }
+            Phase::WaitSink => {
+                if size < p.read_len {
+                    return Err("protocol error: sink smaller than the source");
+                }
+                let n = p.read_len;
+                conn.with_res(|res| res.post_rdma(T_WRITE, true, B_DATA, 0, n, msg.addr, msg.rkey))
+                    .map_err(|_| "cannot post the RDMA WRITE")?;
+                p.phase = Phase::Writing;
+                Ok(())
+            }
+            _ => Err("protocol error: unexpected message"),
+        }
+    }
+
+    fn go_ahead(&self, conn: &Conn<Self>, next: Phase) -> Result {
+        conn.with_res(|res| res.post_send(T_SEND, B_GO, 0, MSG_LEN))?;
+        self.progress.lock().phase = next;
+        Ok(())
+    }
+}
+
+impl ConnHandler for ServerConn {
+    fn setup(&self, conn: &Conn<Self>) -> Result {
+        conn.with_res(|res| {
+            res.alloc_buf(B_RECV, MSG_LEN, false)?;
+            res.alloc_buf(B_GO, MSG_LEN, false)?;
+            res.alloc_buf(B_DATA, MAX_SIZE, false)?;
+            res.post_recv(T_RECV, B_RECV, 0, MSG_LEN)
+        })
+    }
+
+    fn established(&self, conn: &Conn<Self>) {
+        self.shared.read_back(conn);
+        self.shared.stats(|s| s.connections += 1);
+    }
+
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
+        if self.progress.lock().phase == Phase::Done {
+            return;
+        }
+        let r = match (tag, status) {
+            (_, Err(e)) if e.is_flush() => Ok(()),
+            (_, Err(e)) => {
+                let op = match tag {
+                    T_RECV => "RECV",
+                    T_SEND => "SEND",
+                    T_READ => "RDMA READ",
+                    _ => "RDMA WRITE",
+                };
+                self.fail(conn, fmt!("{} failed: {}", op, e));
+                return;
+            }
+            (T_RECV, Ok(len)) => self.on_recv(conn, len),
+            (T_READ, Ok(_)) => self
+                .go_ahead(conn, Phase::WaitSink)
+                .map_err(|_| "cannot send the go-ahead"),
+            (T_WRITE, Ok(_)) => {
+                self.shared.stats(|s| s.pings += 1);
+                self.go_ahead(conn, Phase::WaitSource)
+                    .map_err(|_| "cannot send the go-ahead")
+            }
+            _ => Ok(()),
+        };
+        if let Err(msg) = r {
+            self.fail(conn, fmt!("{}", msg));
+        }
+    }
+
+    fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
+        self.progress.lock().phase = Phase::Done;
+        if reason == EndReason::DeviceRemoval {
+            self.shared.error(fmt!(
+                "server: a connection lost its RDMA device: {}",
+                ErrName(ENODEV)
+            ));
+        }
+        conn.close();
+    }
+}

@@ -1,0 +1,1256 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA CM connections in which the connection parameters are set in time.
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+//!
+//! # The ordering guarantee
+//!
+//! `rdma_set_ack_timeout()` only has an effect when it is called before
+//! `rdma_resolve_route()` (RoCE then derives the route's PacketLifeTime from it),
+//! before `rdma_connect()` on the active side, and on the *new* id of a connect
+//! request before `rdma_accept()` on the passive side; the new id does not inherit
+//! the listener's value. The C API checks none of this: called late, it silently
+//! does nothing. The same holds for `rdma_set_min_rnr_timer()` and
+//! `rdma_set_service_type()`.
+//!
+//! This module makes the right order the only one a caller can write:
+//!
+//! - Every knob travels in one [`ConnParams`] value, handed once to
+//!   [`Conn::connect`] (active side) or [`Listener::listen`] (passive side).
+//! - No type here exposes the CM id or a setter: after `connect` or `listen`
+//!   returns there is no way left to change a parameter.
+//! - [`Conn::connect`] applies the ack timeout, min RNR timer and type of service
+//!   right after creating the id, before `rdma_resolve_addr()` and so before
+//!   `rdma_resolve_route()` and `rdma_connect()`. Retry counts, depths and ECE go
+//!   with the connect itself.
+//! - [`Listener`] applies them to each new id inside its `CONNECT_REQUEST` event,
+//!   before the QP is created and before `rdma_accept()`, which runs in that same
+//!   event with the handler mutex held, as the CM requires.
+//!
+//! The module also keeps the CM's other rules: ids are never destroyed from their
+//! own event handler ([`Conn::close`] defers to the module's workqueue), and on
+//! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
+//! to the CM for destruction, so removing a device never waits on cmecho.
+
+use super::ffi;
+use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
+use super::verbs::{self, QpAttrs, QpConfig, WcError};
+use core::ptr::NonNull;
+use kernel::error::from_err_ptr;
+use kernel::ffi::{c_int, c_void};
+use kernel::prelude::*;
+use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
+use kernel::time::msecs_to_jiffies;
+
+/// The parameters of an RC connection, given once, up front.
+///
+/// The layer applies each at its required moment (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnParams {
+    /// Local ACK timeout; `None` leaves the CM's default (RoCE: PacketLifeTime + 1).
+    pub(crate) ack_timeout: Option<AckTimeout>,
+    /// Minimum RNR NAK timer of the local QP; `None` leaves the provider default.
+    pub(crate) min_rnr_timer: Option<MinRnrTimer>,
+    /// Transport retry count (active side; the passive side takes the peer's).
+    pub(crate) retry_count: RetryCount,
+    /// RNR retry count.
+    pub(crate) rnr_retry_count: RetryCount,
+    /// ECE offered with the connect, or answered with the accept.
+    pub(crate) ece: Option<Ece>,
+    /// Outstanding RDMA READs this side may issue.
+    pub(crate) initiator_depth: u8,
+    /// Outstanding RDMA READs this side accepts from the peer.
+    pub(crate) responder_resources: u8,
+    /// Type of service (RoCE traffic class); `None` leaves the default.
+    pub(crate) tos: Option<u8>,
+}
+
+impl ConnParams {
+    /// The parameters rping uses: retry and RNR retry 7, depth 1, nothing else set.
+    pub(crate) fn rping() -> Self {
+        Self {
+            ack_timeout: None,
+            min_rnr_timer: None,
+            retry_count: RetryCount::INFINITE,
+            rnr_retry_count: RetryCount::INFINITE,
+            ece: None,
+            initiator_depth: 1,
+            responder_resources: 1,
+            tos: None,
+        }
+    }
+}
+
+/// A reference on a network namespace.
+///
+/// # Invariants
+///
+/// `self.0` points to a `struct net` on which this value holds one reference.
+pub(crate) struct NetNs(NonNull<ffi::Net>);
+
+// SAFETY: A reference on a `struct net` may be used and dropped from any thread.
+unsafe impl Send for NetNs {}
+// SAFETY: `NetNs` only allows reading through a shared reference.
+unsafe impl Sync for NetNs {}
+
+impl NetNs {
+    /// Takes a reference on the network namespace of the calling task.
+    pub(crate) fn current() -> Self {
+        // SAFETY: In process context `current` has an nsproxy with a network namespace.
+        let net = unsafe { ffi::cmecho_net_get_current() };
+        // INVARIANT: `get_net()` returned the namespace with a reference taken.
+        Self(NonNull::new(net).expect("get_net() never returns NULL"))
+    }
+
+    /// The namespace's inode number, as `ip netns identify` and `/proc/*/ns/net` show it.
+    pub(crate) fn inum(&self) -> u32 {
+        // SAFETY: By the type invariant `self.0` is a valid `struct net`.
+        unsafe { ffi::cmecho_net_inum(self.0.as_ptr()) }
+    }
+
+    fn as_ptr(&self) -> *mut ffi::Net {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant this value owns one reference.
+        unsafe { ffi::cmecho_net_put(self.0.as_ptr()) };
+    }
+}
+
+/// Whether `addr` is an IPv4 or IPv6 address (with an optional `%scope`).
+pub(crate) fn valid_addr(addr: &CStr) -> bool {
+    // SAFETY: `addr` is a valid NUL-terminated string; the helper only parses it.
+    unsafe { ffi::cmecho_parse_addr(addr.as_char_ptr()) == 0 }
+}
+
+/// A CM event, decoded from `struct rdma_cm_event`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Event {
+    /// What happened.
+    pub(crate) kind: EventKind,
+    /// The event's status (a negative errno, or the IB CM reject reason).
+    pub(crate) status: i32,
+    /// The peer's ECE, where the event carries one.
+    pub(crate) ece: Ece,
+    /// The peer's initiator depth, on a connect request.
+    pub(crate) initiator_depth: u8,
+    /// The peer's responder resources, on a connect request.
+    pub(crate) responder_resources: u8,
+}
+
+/// The CM events cmecho distinguishes (`enum rdma_cm_event_type`, mapped in C).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    /// `RDMA_CM_EVENT_ADDR_RESOLVED`.
+    AddrResolved,
+    /// `RDMA_CM_EVENT_ADDR_ERROR`.
+    AddrError,
+    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`.
+    RouteResolved,
+    /// `RDMA_CM_EVENT_ROUTE_ERROR`.
+    RouteError,
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`.
+    ConnectRequest,
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`.
+    ConnectError,
+    /// `RDMA_CM_EVENT_UNREACHABLE`.
+    Unreachable,
+    /// `RDMA_CM_EVENT_REJECTED`.
+    Rejected,
+    /// `RDMA_CM_EVENT_ESTABLISHED`.
+    Established,
+    /// `RDMA_CM_EVENT_DISCONNECTED`.
+    Disconnected,
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
+    DeviceRemoval,
+    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`.
+    TimewaitExit,
+    /// Any other event (multicast, address change, connect response).
+    Other,
+}
+
+impl EventKind {
+    fn from_code(code: c_int) -> Self {
+        match code {
+            ffi::CMECHO_EV_ADDR_RESOLVED => Self::AddrResolved,
+            ffi::CMECHO_EV_ADDR_ERROR => Self::AddrError,
+            ffi::CMECHO_EV_ROUTE_RESOLVED => Self::RouteResolved,
+            ffi::CMECHO_EV_ROUTE_ERROR => Self::RouteError,
+            ffi::CMECHO_EV_CONNECT_REQUEST => Self::ConnectRequest,
+            ffi::CMECHO_EV_CONNECT_ERROR => Self::ConnectError,
+            ffi::CMECHO_EV_UNREACHABLE => Self::Unreachable,
+            ffi::CMECHO_EV_REJECTED => Self::Rejected,
+            ffi::CMECHO_EV_ESTABLISHED => Self::Established,
+            ffi::CMECHO_EV_DISCONNECTED => Self::Disconnected,
+            ffi::CMECHO_EV_DEVICE_REMOVAL => Self::DeviceRemoval,
+            ffi::CMECHO_EV_TIMEWAIT_EXIT => Self::TimewaitExit,
+            _ => Self::Other,
+        }
+    }
+
+    /// The event's name, as the CM calls it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::AddrResolved => "ADDR_RESOLVED",
+            Self::AddrError => "ADDR_ERROR",
+            Self::RouteResolved => "ROUTE_RESOLVED",
+            Self::RouteError => "ROUTE_ERROR",
+            Self::ConnectRequest => "CONNECT_REQUEST",
+            Self::ConnectError => "CONNECT_ERROR",
+            Self::Unreachable => "UNREACHABLE",
+            Self::Rejected => "REJECTED",
+            Self::Established => "ESTABLISHED",
+            Self::Disconnected => "DISCONNECTED",
+            Self::DeviceRemoval => "DEVICE_REMOVAL",
+            Self::TimewaitExit => "TIMEWAIT_EXIT",
+            Self::Other => "OTHER",
+        }
+    }
+}
+
+impl Event {
+    /// Decodes an event.
+    ///
+    /// # Safety
+    ///
+    /// `ev` must point to a valid `struct rdma_cm_event`.
+    unsafe fn read(ev: *const ffi::RdmaCmEvent) -> Self {
+        // SAFETY: The caller guarantees `ev` is valid; the helpers only read it.
+        unsafe {
+            Self {
+                kind: EventKind::from_code(ffi::cmecho_ev_type(ev)),
+                status: ffi::cmecho_ev_status(ev),
+                ece: Ece {
+                    vendor_id: ffi::cmecho_ev_ece_vendor_id(ev),
+                    attr_mod: ffi::cmecho_ev_ece_attr_mod(ev),
+                },
+                initiator_depth: ffi::cmecho_ev_initiator_depth(ev),
+                responder_resources: ffi::cmecho_ev_responder_resources(ev),
+            }
+        }
+    }
+}
+
+/// What an event handler asks of the CM once it returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Keep the id.
+    Keep,
+    /// The handler gave the id up: the CM destroys it after the handler returns.
+    DestroyId,
+}
+
+/// The receiver of a CM id's events; what the id's context points to, boxed.
+trait CmEvents: Send + Sync {
+    /// Handles one event of `id`, in the CM's handler context (handler mutex held).
+    fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict;
+}
+
+/// The boxed receiver an id's `context` points to.
+type Sink = Arc<dyn CmEvents>;
+
+/// A pointer to a [`Sink`] made by [`KBox::into_raw`].
+///
+/// # Invariants
+///
+/// `self.0` came from `KBox::<Sink>::into_raw` and is freed at most once.
+struct SinkPtr(NonNull<Sink>);
+
+// SAFETY: The box holds an `Arc<dyn CmEvents>`, which is `Send + Sync`.
+unsafe impl Send for SinkPtr {}
+
+impl SinkPtr {
+    fn new(sink: Sink) -> Result<Self> {
+        let b = KBox::new(sink, GFP_KERNEL)?;
+        // INVARIANT: The pointer comes from `KBox::into_raw`.
+        Ok(Self(NonNull::new(KBox::into_raw(b)).ok_or(ENOMEM)?))
+    }
+
+    fn as_ctx(&self) -> *mut c_void {
+        self.0.as_ptr().cast()
+    }
+
+    /// Frees the box.
+    ///
+    /// # Safety
+    ///
+    /// No CM id may use the box as its context any more.
+    unsafe fn free(self) {
+        // SAFETY: By the type invariant the pointer came from `KBox::into_raw` and,
+        // since `self` is consumed, is freed only here.
+        drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// An owned `struct rdma_cm_id`.
+///
+/// # Invariants
+///
+/// `self.0` is a live CM id owned by this value, destroyed at most once.
+struct IdPtr(NonNull<ffi::RdmaCmId>);
+
+// SAFETY: A CM id may be used and destroyed from any thread.
+unsafe impl Send for IdPtr {}
+
+impl IdPtr {
+    /// Creates an RC id whose events go to `sink`.
+    fn create(net: &NetNs, sink: &SinkPtr) -> Result<Self> {
+        // SAFETY: `net` holds a reference on the namespace; the sink stays valid until
+        // the id is destroyed (its owner frees it only after that).
+        let id = from_err_ptr(unsafe { ffi::cmecho_cm_create_id(net.as_ptr(), sink.as_ctx()) })?;
+        // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
+        Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
+    }
+
+    fn as_ptr(&self) -> *mut ffi::RdmaCmId {
+        self.0.as_ptr()
+    }
+
+    /// Destroys the id; waits for a running handler of it to return.
+    ///
+    /// Must not be called from the id's own event handler.
+    fn destroy(self) {
+        // SAFETY: By the type invariant the id is live; consuming `self` makes this
+        // the only destruction. The callers never run in this id's handler.
+        unsafe { ffi::cmecho_cm_destroy_id(self.as_ptr()) };
+    }
+
+    /// Gives the id to the CM, which destroys it when the running handler returns.
+    fn hand_back(self) {}
+
+    /// Applies the parameters that must precede route resolution and connect or accept.
+    fn apply_early(&self, p: &ConnParams) -> Result<(), StepError> {
+        if let Some(t) = p.ack_timeout {
+            // SAFETY: The id is live by the type invariant.
+            to_step("set_ack_timeout", unsafe {
+                ffi::cmecho_cm_set_ack_timeout(self.as_ptr(), t.exponent())
+            })?;
+        }
+        if let Some(t) = p.min_rnr_timer {
+            // SAFETY: The id is live by the type invariant.
+            to_step("set_min_rnr_timer", unsafe {
+                ffi::cmecho_cm_set_min_rnr_timer(self.as_ptr(), t.code())
+            })?;
+        }
+        if let Some(tos) = p.tos {
+            // SAFETY: The id is live by the type invariant.
+            unsafe { ffi::cmecho_cm_set_tos(self.as_ptr(), tos) };
+        }
+        Ok(())
+    }
+}
+
+/// A failed step of connection setup: which CM call, and the errno or CM status.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StepError {
+    /// The step, named after the CM call or event.
+    pub(crate) step: &'static str,
+    /// The error.
+    pub(crate) err: Error,
+    /// The CM event's status where the failure came as an event (e.g. a reject reason).
+    pub(crate) status: Option<i32>,
+    /// The CM's description of a reject reason.
+    pub(crate) reject_msg: Option<&'static CStr>,
+}
+
+impl From<StepError> for Error {
+    fn from(e: StepError) -> Error {
+        e.err
+    }
+}
+
+fn to_step(step: &'static str, ret: c_int) -> Result<(), StepError> {
+    if ret < 0 {
+        Err(StepError {
+            step,
+            err: Error::from_errno(ret),
+            status: None,
+            reject_msg: None,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn step_err(step: &'static str, err: Error) -> StepError {
+    StepError {
+        step,
+        err,
+        status: None,
+        reject_msg: None,
+    }
+}
+
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// The peer disconnected (or the connection failed after being established).
+    Disconnected,
+    /// The RDMA device went away.
+    DeviceRemoval,
+}
+
+/// The ULP side of one connection: its events and work completions.
+///
+/// Every method runs in a context that may sleep but must not block for long: CM
+/// handler context or the CQ's workqueue. None may wait for the connection to close
+/// ([`Conn::close`] is fine: it defers).
+pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
+    /// Allocates buffers and posts first receives: runs once the QP exists, before
+    /// the connect or accept.
+    fn setup(&self, conn: &Conn<Self>) -> Result;
+
+    /// A work completion of one of the connection's work requests.
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>);
+
+    /// The connection is established.
+    fn established(&self, conn: &Conn<Self>);
+
+    /// The connection ended after being established. Called at most once.
+    fn ended(&self, conn: &Conn<Self>, reason: EndReason);
+}
+
+/// The state of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnState {
+    /// Being set up.
+    Connecting,
+    /// `rdma_resolve_addr()` completed.
+    AddrResolved,
+    /// `rdma_resolve_route()` completed.
+    RouteResolved,
+    /// Established.
+    Established,
+    /// Setup failed with the given event.
+    Failed(EventKind, i32),
+    /// The peer disconnected.
+    Disconnected,
+    /// The device was removed.
+    DeviceRemoved,
+    /// Being closed.
+    Closing,
+    /// Closed: id, QP and buffers released.
+    Closed,
+}
+
+/// State of a connection protected by [`Conn::inner`].
+struct ConnInner<H: ConnHandler> {
+    /// The connection's reference on itself, from creation until [`Conn::close`]:
+    /// an open connection stays alive even when its ULP drops every handle.
+    me: Option<Arc<Conn<H>>>,
+    id: Option<IdPtr>,
+    res: Option<verbs::ResPtr>,
+    sink: Option<SinkPtr>,
+    state: ConnState,
+    remote_ece: Ece,
+    in_handler: bool,
+    ended: bool,
+    /// A `close_now` is releasing the resources; others wait for `Closed`.
+    closer: bool,
+}
+
+/// One RC connection: a CM id with its QP, CQ, PD and buffers.
+///
+/// Created by [`Conn::connect`] (active side) or by a [`Listener`] (passive side);
+/// released by [`Conn::close`].
+#[pin_data]
+pub(crate) struct Conn<H: ConnHandler> {
+    #[pin]
+    inner: Mutex<ConnInner<H>>,
+    #[pin]
+    changed: CondVar,
+    params: ConnParams,
+    #[pin]
+    handler: H,
+}
+
+/// How long each resolution step may take.
+const RESOLVE_TIMEOUT_MS: u32 = 2000;
+/// How long connection establishment may take.
+const CONNECT_TIMEOUT_MS: u32 = 30_000;
+
+impl<H: ConnHandler> Conn<H> {
+    fn new(handler: impl PinInit<H, Error>, params: ConnParams) -> Result<Arc<Self>> {
+        let conn = Arc::pin_init(
+            try_pin_init!(Self {
+                inner <- new_mutex!(ConnInner {
+                    me: None,
+                    id: None,
+                    res: None,
+                    sink: None,
+                    state: ConnState::Connecting,
+                    remote_ece: Ece::default(),
+                    in_handler: false,
+                    ended: false,
+                    closer: false,
+                }),
+                changed <- new_condvar!(),
+                params,
+                handler <- handler,
+            }),
+            GFP_KERNEL,
+        )?;
+        conn.inner.lock().me = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Creates an active-side connection that [`Conn::connect`] then connects.
+    ///
+    /// `params` are the connection's for good: nothing can change them later.
+    pub(crate) fn new_active(
+        handler: impl PinInit<H, Error>,
+        params: ConnParams,
+    ) -> Result<Arc<Self>> {
+        Self::new(handler, params)
+    }
+
+    /// Connects to `addr`:`port` from namespace `net`, blocking until established.
+    ///
+    /// Applies the parameters at their required moments (see the module
+    /// documentation), creates the QP with `qp` between route resolution and
+    /// connect, and calls `handler.setup()` before connecting. On failure the
+    /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
+    /// called from process context (it sleeps), never from a CM or completion
+    /// handler, and once.
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        net: &NetNs,
+        addr: &CStr,
+        port: u16,
+        qp: QpConfig,
+    ) -> Result<(), StepError> {
+        let r = self.connect_steps(net, addr, port, &qp);
+        if r.is_err() {
+            self.close_now();
+        }
+        r
+    }
+
+    fn connect_steps(
+        self: &Arc<Self>,
+        net: &NetNs,
+        addr: &CStr,
+        port: u16,
+        qp: &QpConfig,
+    ) -> Result<(), StepError> {
+        let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
+        let id = match IdPtr::create(net, &sink) {
+            Ok(id) => id,
+            Err(e) => {
+                // SAFETY: No id was created with this sink.
+                unsafe { sink.free() };
+                return Err(step_err("rdma_create_id", e));
+            }
+        };
+        {
+            let mut g = self.inner.lock();
+            if g.state != ConnState::Connecting {
+                // Closed before it started.
+                drop(g);
+                id.destroy();
+                // SAFETY: The id using the sink is destroyed.
+                unsafe { sink.free() };
+                return Err(step_err("rdma_create_id", ECONNABORTED));
+            }
+            g.id = Some(id);
+            g.sink = Some(sink);
+        }
+        // The guarantee: everything that must precede route resolution, now.
+        self.with_id(|id| id.apply_early(&self.params))?;
+
+        self.with_id(|id| {
+            // SAFETY: The id is live while the lock `with_id` holds is held.
+            to_step("rdma_resolve_addr", unsafe {
+                ffi::cmecho_cm_resolve_addr(
+                    id.as_ptr(),
+                    net.as_ptr(),
+                    addr.as_char_ptr(),
+                    port,
+                    RESOLVE_TIMEOUT_MS as c_int,
+                )
+            })
+        })?;
+        self.wait_for(
+            ConnState::AddrResolved,
+            "rdma_resolve_addr",
+            RESOLVE_TIMEOUT_MS,
+        )?;
+
+        self.with_id(|id| {
+            // SAFETY: As above.
+            to_step("rdma_resolve_route", unsafe {
+                ffi::cmecho_cm_resolve_route(id.as_ptr(), RESOLVE_TIMEOUT_MS as c_int)
+            })
+        })?;
+        self.wait_for(
+            ConnState::RouteResolved,
+            "rdma_resolve_route",
+            RESOLVE_TIMEOUT_MS,
+        )?;
+
+        self.create_res(qp)
+            .map_err(|e| step_err("rdma_create_qp", e))?;
+        self.handler.setup(self).map_err(|e| step_err("setup", e))?;
+
+        let p = &self.params;
+        let ece = p.ece.unwrap_or_default();
+        self.with_id(|id| {
+            // SAFETY: As above. The ack timeout was applied before route resolution.
+            to_step("rdma_connect", unsafe {
+                ffi::cmecho_cm_connect(
+                    id.as_ptr(),
+                    p.responder_resources,
+                    p.initiator_depth,
+                    p.retry_count.get(),
+                    p.rnr_retry_count.get(),
+                    ece.vendor_id,
+                    ece.attr_mod,
+                )
+            })
+        })?;
+        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)
+    }
+
+    /// Runs `f` on the live id, or fails with `ENOTCONN`.
+    fn with_id<R>(&self, f: impl FnOnce(&IdPtr) -> Result<R, StepError>) -> Result<R, StepError> {
+        let g = self.inner.lock();
+        match &g.id {
+            Some(id) => f(id),
+            None => Err(step_err("id", ENOTCONN)),
+        }
+    }
+
+    /// Waits until the state is `want`, or setup failed, or `ms` passed.
+    fn wait_for(&self, want: ConnState, step: &'static str, ms: u32) -> Result<(), StepError> {
+        let mut g = self.inner.lock();
+        let mut left = msecs_to_jiffies(ms);
+        loop {
+            match g.state {
+                s if s == want => return Ok(()),
+                ConnState::Failed(kind, status) => {
+                    let reject_msg = match (&g.id, kind) {
+                        (Some(id), EventKind::Rejected) => {
+                            // SAFETY: The id is live while the lock is held and `g.id`
+                            // is `Some`; the CM returns a static string.
+                            Some(unsafe {
+                                CStr::from_char_ptr(ffi::cmecho_reject_msg(id.as_ptr(), status))
+                            })
+                        }
+                        _ => None,
+                    };
+                    return Err(StepError {
+                        step: kind.name(),
+                        reject_msg,
+                        err: if kind == EventKind::Rejected {
+                            ECONNREFUSED
+                        } else if status < 0 {
+                            Error::from_errno(status)
+                        } else {
+                            EIO
+                        },
+                        status: Some(status),
+                    });
+                }
+                ConnState::DeviceRemoved => return Err(step_err("DEVICE_REMOVAL", ENODEV)),
+                ConnState::Closing | ConnState::Closed | ConnState::Disconnected => {
+                    return Err(step_err(step, ECONNABORTED))
+                }
+                _ => {}
+            }
+            if left == 0 {
+                return Err(step_err(step, ETIMEDOUT));
+            }
+            left = match self.changed.wait_interruptible_timeout(&mut g, left) {
+                kernel::sync::CondVarTimeoutResult::Timeout => 0,
+                kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
+                kernel::sync::CondVarTimeoutResult::Signal { .. } => {
+                    return Err(step_err(step, EINTR))
+                }
+            };
+        }
+    }
+
+    /// Creates PD, CQ and QP on the id; the QP resources hold a reference on `self`.
+    fn create_res(self: &Arc<Self>, qp: &QpConfig) -> Result {
+        let mut g = self.inner.lock();
+        let id = g.id.as_ref().ok_or(ENOTCONN)?;
+        let res = verbs::ResPtr::create::<Self>(id.as_ptr(), self.clone(), qp, completion::<H>)?;
+        g.res = Some(res);
+        Ok(())
+    }
+
+    /// Runs `f` with the QP resources, or fails with `ENOTCONN` once they are gone.
+    pub(crate) fn with_res<R>(&self, f: impl FnOnce(&verbs::ResPtr) -> Result<R>) -> Result<R> {
+        let g = self.inner.lock();
+        match &g.res {
+            Some(res) => f(res),
+            None => Err(ENOTCONN),
+        }
+    }
+
+    /// The connection's handler.
+    pub(crate) fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The connection's state.
+    pub(crate) fn state(&self) -> ConnState {
+        self.inner.lock().state
+    }
+
+    /// The ECE the peer sent (zero when it sent none).
+    pub(crate) fn remote_ece(&self) -> Ece {
+        self.inner.lock().remote_ece
+    }
+
+    /// What the QP really got, read back from the provider.
+    pub(crate) fn qp_attrs(&self) -> Result<QpAttrs> {
+        let g = self.inner.lock();
+        let id = g.id.as_ref().ok_or(ENOTCONN)?;
+        verbs::query_qp(id.as_ptr())
+    }
+
+    /// The route's PacketLifeTime exponent, where the route has a path record.
+    pub(crate) fn route_plt(&self) -> Option<u8> {
+        let g = self.inner.lock();
+        let id = g.id.as_ref()?;
+        // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+        let plt = unsafe { ffi::cmecho_cm_route_plt(id.as_ptr()) };
+        u8::try_from(plt).ok()
+    }
+
+    /// The route's traffic class, where the route has a path record.
+    pub(crate) fn route_tclass(&self) -> Option<u8> {
+        let g = self.inner.lock();
+        let id = g.id.as_ref()?;
+        // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+        let tc = unsafe { ffi::cmecho_cm_route_tclass(id.as_ptr()) };
+        u8::try_from(tc).ok()
+    }
+
+    /// Starts a disconnect; the QP flushes and the peer sees `DISCONNECTED`.
+    pub(crate) fn disconnect(&self) {
+        let g = self.inner.lock();
+        if let Some(id) = &g.id {
+            // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+            // Its result only says whether the id was connected.
+            let _ = unsafe { ffi::cmecho_cm_disconnect(id.as_ptr()) };
+        }
+    }
+
+    /// Closes the connection from any context: disconnects, drains and destroys the
+    /// QP, frees the buffers, destroys the id. The work runs on the module's
+    /// workqueue, so this is safe in CM and completion handlers.
+    pub(crate) fn close(&self) {
+        let me = {
+            let mut g = self.inner.lock();
+            if matches!(g.state, ConnState::Closing | ConnState::Closed) {
+                return;
+            }
+            g.state = ConnState::Closing;
+            g.me.take()
+        };
+        // Wakes a `connect` in progress, which then fails with `ECONNABORTED`.
+        self.changed.notify_all();
+        if let Some(me) = me {
+            if super::workqueue()
+                .try_spawn(GFP_KERNEL, move || me.close_now())
+                .is_err()
+            {
+                // The next `close_and_wait` does the work instead.
+                pr_warn!("no memory to schedule a connection close\n");
+            }
+        }
+    }
+
+    /// Closes the connection and waits until it is closed.
+    ///
+    /// Process context only; `EDEADLK` from within one of this connection's handlers.
+    pub(crate) fn close_and_wait(&self) -> Result {
+        if self.inner.lock().in_handler {
+            return Err(EDEADLK);
+        }
+        self.close_now();
+        let mut g = self.inner.lock();
+        while g.state != ConnState::Closed {
+            // A concurrent close is finishing: wait for it.
+            let _ = self
+                .changed
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
+        }
+        Ok(())
+    }
+
+    /// Releases everything this connection still owns, in the required order.
+    fn close_now(&self) {
+        let (id, res, sink, me) = {
+            let mut g = self.inner.lock();
+            if g.state == ConnState::Closed || g.closer {
+                return;
+            }
+            g.closer = true;
+            g.state = ConnState::Closing;
+            (g.id.take(), g.res.take(), g.sink.take(), g.me.take())
+        };
+        if let Some(id) = &id {
+            // SAFETY: We own the id (taken out of the shared state above).
+            let _ = unsafe { ffi::cmecho_cm_disconnect(id.as_ptr()) };
+        }
+        if let Some(res) = res {
+            res.destroy::<Self>();
+        }
+        if let Some(id) = id {
+            id.destroy();
+        }
+        if let Some(sink) = sink {
+            // SAFETY: The id that used the sink as its context is destroyed.
+            unsafe { sink.free() };
+        }
+        let mut g = self.inner.lock();
+        g.state = ConnState::Closed;
+        drop(g);
+        self.changed.notify_all();
+        // The callers hold their own reference: this never drops `self`.
+        drop(me);
+    }
+
+    /// Records an event's state, unless the connection is already closing.
+    fn set_state(&self, state: ConnState) {
+        {
+            let mut g = self.inner.lock();
+            if matches!(g.state, ConnState::Closing | ConnState::Closed) {
+                return;
+            }
+            g.state = state;
+        }
+        self.changed.notify_all();
+    }
+
+    /// Marks the connection ended; true the first time, if it was established.
+    fn end_once(&self) -> bool {
+        let mut g = self.inner.lock();
+        let first = !g.ended && g.state == ConnState::Established;
+        g.ended = true;
+        first
+    }
+
+    /// Releases QP resources and gives the id back to the CM, inside DEVICE_REMOVAL.
+    fn device_removed(&self) {
+        let was_established = self.inner.lock().state == ConnState::Established;
+        let (id, res, sink) = {
+            let mut g = self.inner.lock();
+            if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
+                g.state = ConnState::DeviceRemoved;
+            }
+            (g.id.take(), g.res.take(), g.sink.take())
+        };
+        if let Some(res) = res {
+            // Not in a completion handler: draining is allowed here.
+            res.destroy::<Self>();
+        }
+        if let Some(id) = id {
+            id.hand_back();
+        }
+        // Not freed here: the trampoline frees the box once the CM has the id.
+        let _freed_by_trampoline = sink;
+        self.changed.notify_all();
+        let first = {
+            let mut g = self.inner.lock();
+            let first = !g.ended && was_established;
+            g.ended = true;
+            first
+        };
+        if first {
+            self.handler.ended(self, EndReason::DeviceRemoval);
+        }
+    }
+}
+
+impl<H: ConnHandler> CmEvents for Conn<H> {
+    fn cm_event(&self, _id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+        self.inner.lock().in_handler = true;
+        let verdict = match ev.kind {
+            EventKind::AddrResolved => {
+                self.set_state(ConnState::AddrResolved);
+                Verdict::Keep
+            }
+            EventKind::RouteResolved => {
+                self.set_state(ConnState::RouteResolved);
+                Verdict::Keep
+            }
+            EventKind::Established => {
+                {
+                    let mut g = self.inner.lock();
+                    if g.remote_ece == Ece::default() {
+                        g.remote_ece = ev.ece;
+                    }
+                }
+                self.set_state(ConnState::Established);
+                self.handler.established(self);
+                Verdict::Keep
+            }
+            EventKind::AddrError
+            | EventKind::RouteError
+            | EventKind::ConnectError
+            | EventKind::Unreachable
+            | EventKind::Rejected => {
+                let first = self.end_once();
+                self.set_state(ConnState::Failed(ev.kind, ev.status));
+                if first {
+                    self.handler.ended(self, EndReason::Disconnected);
+                }
+                Verdict::Keep
+            }
+            EventKind::Disconnected => {
+                let first = self.end_once();
+                self.set_state(ConnState::Disconnected);
+                if first {
+                    self.handler.ended(self, EndReason::Disconnected);
+                }
+                Verdict::Keep
+            }
+            EventKind::DeviceRemoval => {
+                if self.inner.lock().id.is_some() {
+                    self.device_removed();
+                    Verdict::DestroyId
+                } else {
+                    // A close is destroying the id right now; it waits for us.
+                    Verdict::Keep
+                }
+            }
+            _ => Verdict::Keep,
+        };
+        self.inner.lock().in_handler = false;
+        verdict
+    }
+}
+
+/// The completion callback of a connection's CQ.
+///
+/// # Safety
+///
+/// `ctx` must be the context [`verbs::ResPtr::create`] was given for a `Conn<H>`,
+/// whose resources are not destroyed yet.
+unsafe extern "C" fn completion<H: ConnHandler>(
+    ctx: *mut c_void,
+    tag: u32,
+    status: c_int,
+    byte_len: u32,
+) {
+    // SAFETY: The caller guarantees `ctx` is the `Conn<H>` the resources hold a
+    // reference on; `cmecho_res_destroy` waits for this callback before that
+    // reference is dropped.
+    let conn = unsafe { &*ctx.cast::<Conn<H>>() };
+    let st = if status == 0 {
+        Ok(byte_len)
+    } else {
+        Err(WcError(status))
+    };
+    conn.handler.completion(conn, tag, st);
+}
+
+/// Entry point of every CM event of every cmecho id (called by `rust/helpers/cm.c`).
+///
+/// # Safety
+///
+/// `ctx` must be null or the context of a cmecho id (a [`SinkPtr`]), `id` a live id
+/// and `ev` a valid event, in the CM's handler context.
+#[no_mangle]
+unsafe extern "C" fn cmecho_rs_cm_event(
+    ctx: *mut c_void,
+    id: *mut ffi::RdmaCmId,
+    ev: *mut ffi::RdmaCmEvent,
+) -> c_int {
+    if ctx.is_null() {
+        return 0;
+    }
+    // SAFETY: The caller guarantees `ev` is valid.
+    let event = unsafe { Event::read(ev) };
+    // SAFETY: A non-null context of a cmecho id is a live `SinkPtr` box; its owner
+    // frees it only after destroying the id, which waits for this handler.
+    let sink: Sink = unsafe { &*ctx.cast::<Sink>() }.clone();
+    let verdict = sink.cm_event(id, &event);
+    if verdict == Verdict::DestroyId {
+        if event.kind != EventKind::ConnectRequest {
+            // The id's own sink: the CM destroys the id when we return, so nothing
+            // uses the box after this.
+            // SAFETY: `ctx` is the id's `SinkPtr`, forgotten by its owner in
+            // `device_removed` or `Listener::cm_event` before returning `DestroyId`.
+            unsafe { SinkPtr(NonNull::new_unchecked(ctx.cast())).free() };
+        }
+        return 1;
+    }
+    0
+}
+
+/// A connect request, as the passive side's [`ListenHandler`] sees it.
+#[derive(Clone, Copy, Debug)]
+#[expect(dead_code, reason = "read by the ECE policy of the full echo service")]
+pub(crate) struct ConnectRequest {
+    /// The ECE the peer offered (zero when none).
+    pub(crate) remote_ece: Ece,
+    /// The peer's initiator depth.
+    pub(crate) initiator_depth: u8,
+    /// The peer's responder resources.
+    pub(crate) responder_resources: u8,
+}
+
+/// Why a connect request is rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RejectReason {
+    /// `IB_CM_REJ_CONSUMER_DEFINED`: the ULP says no (e.g. too many connections).
+    Consumer,
+    /// `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`: the ECE offered is not acceptable.
+    #[expect(dead_code, reason = "used by the ECE policy of the full echo service")]
+    VendorOptionNotSupported,
+}
+
+/// The ULP side of a listener.
+pub(crate) trait ListenHandler: Send + Sync + 'static {
+    /// The handler type of accepted connections.
+    type Conn: ConnHandler;
+
+    /// The QP each accepted connection gets.
+    fn qp_config(&self) -> QpConfig;
+
+    /// Decides on a connect request: a connection handler to accept, or a reason to
+    /// reject, with the ECE to answer when accepting.
+    fn connect_request(
+        &self,
+        req: &ConnectRequest,
+    ) -> Result<(impl PinInit<Self::Conn, Error>, Option<Ece>), RejectReason>;
+
+    /// A connection was accepted; it is the ULP's to close.
+    fn accepted(&self, conn: Arc<Conn<Self::Conn>>);
+
+    /// Accepting a request failed at `err.step`.
+    fn accept_failed(&self, err: StepError);
+
+    /// The listener's device was removed; the listener no longer listens.
+    fn removed(&self);
+}
+
+/// State of a listener protected by [`Listener::inner`].
+struct ListenInner {
+    id: Option<IdPtr>,
+    sink: Option<SinkPtr>,
+}
+
+/// A listening CM id that accepts connections with the given parameters.
+///
+/// Dropping the listener stops listening; accepted connections are unaffected.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Listener<L: ListenHandler> {
+    #[pin]
+    inner: Mutex<ListenInner>,
+    params: ConnParams,
+    handler: L,
+}
+
+impl<L: ListenHandler> Listener<L> {
+    /// Listens on `addr`:`port` in namespace `net`.
+    ///
+    /// `params` are applied to each new connection id inside its connect request,
+    /// before its QP is created and before it is accepted.
+    pub(crate) fn listen(
+        net: &NetNs,
+        addr: &CStr,
+        port: u16,
+        params: ConnParams,
+        handler: L,
+    ) -> Result<Arc<Self>, StepError> {
+        let l = Arc::pin_init(
+            pin_init!(Self {
+                inner <- new_mutex!(ListenInner { id: None, sink: None }),
+                params,
+                handler,
+            }),
+            GFP_KERNEL,
+        )
+        .map_err(|e| step_err("alloc", e))?;
+        let sink = SinkPtr::new(l.clone()).map_err(|e| step_err("alloc", e))?;
+        let id = match IdPtr::create(net, &sink) {
+            Ok(id) => id,
+            Err(e) => {
+                // SAFETY: No id was created with this sink.
+                unsafe { sink.free() };
+                return Err(step_err("rdma_create_id", e));
+            }
+        };
+        let idp = id.as_ptr();
+        {
+            let mut g = l.inner.lock();
+            g.id = Some(id);
+            g.sink = Some(sink);
+        }
+        // SAFETY: The id is live: only `stop` and `Drop` destroy it.
+        let ret =
+            unsafe { ffi::cmecho_cm_listen(idp, net.as_ptr(), addr.as_char_ptr(), port, 128) };
+        if let Err(e) = to_step("rdma_listen", ret) {
+            l.stop();
+            return Err(e);
+        }
+        Ok(l)
+    }
+
+    /// Stops listening: destroys the id (waiting for a running handler) and the sink.
+    ///
+    /// Must not be called from this listener's own event handler.
+    pub(crate) fn stop(&self) {
+        let (id, sink) = {
+            let mut g = self.inner.lock();
+            (g.id.take(), g.sink.take())
+        };
+        if let Some(id) = id {
+            id.destroy();
+        }
+        if let Some(sink) = sink {
+            // SAFETY: The id that used the sink is destroyed.
+            unsafe { sink.free() };
+        }
+    }
+
+    /// Handles a connect request on the new id `child`; on error the caller rejects.
+    fn accept(&self, child: *mut ffi::RdmaCmId, ev: &Event) -> Result<(), Verdict> {
+        let req = ConnectRequest {
+            remote_ece: ev.ece,
+            initiator_depth: ev.initiator_depth,
+            responder_resources: ev.responder_resources,
+        };
+        let (h, ece) = match self.handler.connect_request(&req) {
+            Ok(x) => x,
+            Err(reason) => {
+                let code = match reason {
+                    RejectReason::Consumer => ffi::CMECHO_REJ_CONSUMER,
+                    RejectReason::VendorOptionNotSupported => ffi::CMECHO_REJ_VENDOR_OPTION,
+                };
+                // SAFETY: `child` is the live new id of this CONNECT_REQUEST.
+                let _ = unsafe { ffi::cmecho_cm_reject(child, code) };
+                return Err(Verdict::DestroyId);
+            }
+        };
+        let mut params = self.params;
+        params.ece = ece;
+        let conn = match Conn::new(h, params) {
+            Ok(c) => c,
+            Err(e) => {
+                self.handler.accept_failed(step_err("alloc", e));
+                return Err(Verdict::DestroyId);
+            }
+        };
+        {
+            let mut g = conn.inner.lock();
+            g.remote_ece = ev.ece;
+        }
+        match self.accept_steps(&conn, child) {
+            Ok(()) => {
+                self.handler.accepted(conn);
+                Ok(())
+            }
+            Err(e) => {
+                // The CM destroys the child when we return non-zero: release the rest.
+                let (id, res, sink, me) = {
+                    let mut g = conn.inner.lock();
+                    g.state = ConnState::Closed;
+                    (g.id.take(), g.res.take(), g.sink.take(), g.me.take())
+                };
+                drop(me);
+                if let Some(res) = res {
+                    res.destroy::<Conn<L::Conn>>();
+                }
+                if let Some(id) = id {
+                    id.hand_back();
+                }
+                if let Some(sink) = sink {
+                    // SAFETY: The child's context was reset to null below before the
+                    // CM could deliver another event; nothing else uses the box.
+                    unsafe {
+                        ffi::cmecho_cm_set_context(child, core::ptr::null_mut());
+                        sink.free();
+                    }
+                }
+                self.handler.accept_failed(e);
+                Err(Verdict::DestroyId)
+            }
+        }
+    }
+
+    fn accept_steps(
+        &self,
+        conn: &Arc<Conn<L::Conn>>,
+        child: *mut ffi::RdmaCmId,
+    ) -> Result<(), StepError> {
+        let sink = SinkPtr::new(conn.clone()).map_err(|e| step_err("alloc", e))?;
+        // SAFETY: `child` is the live new id of this CONNECT_REQUEST; its events go to
+        // the new sink from now on.
+        unsafe { ffi::cmecho_cm_set_context(child, sink.as_ctx()) };
+        {
+            let mut g = conn.inner.lock();
+            // INVARIANT: The new id belongs to this connection from now on.
+            g.id = Some(IdPtr(NonNull::new(child).ok_or(step_err("id", EINVAL))?));
+            g.sink = Some(sink);
+        }
+        // The guarantee on the passive side: the child gets its parameters now,
+        // before its QP exists and before the accept.
+        conn.with_id(|id| id.apply_early(&conn.params))?;
+        conn.create_res(&self.handler.qp_config())
+            .map_err(|e| step_err("rdma_create_qp", e))?;
+        conn.handler.setup(conn).map_err(|e| step_err("setup", e))?;
+        let p = &conn.params;
+        let ece = p.ece.unwrap_or_default();
+        // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
+        // the handler mutex `rdma_accept()` requires.
+        let ret = unsafe {
+            ffi::cmecho_cm_accept(
+                child,
+                p.responder_resources,
+                p.initiator_depth,
+                p.rnr_retry_count.get(),
+                ece.vendor_id,
+                ece.attr_mod,
+            )
+        };
+        to_step("rdma_accept", ret)
+    }
+}
+
+impl<L: ListenHandler> CmEvents for Listener<L> {
+    fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+        match ev.kind {
+            EventKind::ConnectRequest => match self.accept(id, ev) {
+                Ok(()) => Verdict::Keep,
+                Err(v) => v,
+            },
+            EventKind::DeviceRemoval => {
+                let (id, sink) = {
+                    let mut g = self.inner.lock();
+                    (g.id.take(), g.sink.take())
+                };
+                match id {
+                    Some(id) => {
+                        id.hand_back();
+                        // Not freed here: the trampoline frees the box once the
+                        // CM has the id.
+                        let _freed_by_trampoline = sink;
+                        self.handler.removed();
+                        Verdict::DestroyId
+                    }
+                    // `stop` is destroying the id and waits for us.
+                    None => Verdict::Keep,
+                }
+            }
+            _ => Verdict::Keep,
+        }
+    }
+}
+
+#[pinned_drop]
+impl<L: ListenHandler> PinnedDrop for Listener<L> {
+    fn drop(self: Pin<&mut Self>) {
+        self.stop();
+    }
+}

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Connection parameters as value types that cannot hold an invalid value.
+//!
+//! Each type is the IBTA encoding of one knob of an RC connection, checked on
+//! construction, with its conversion to real time where it has one. They are the
+//! only way to hand a value to [`super::cm::ConnParams`].
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+
+use core::fmt;
+use kernel::prelude::*;
+
+/// The local ACK timeout exponent `T` of an RC QP: 4.096 µs × 2^T.
+///
+/// `T` is a 5-bit field (0..=31). `T = 0` disables the transport timer altogether:
+/// a lost packet is then never retransmitted and a dead peer is never detected.
+/// cmecho accepts 0 because the IBTA defines it and some fabrics use it, but
+/// [`AckTimeout::as_nanos`] reports it as `None`, not as a duration.
+///
+/// On RoCE, setting it before route resolution also makes the route's
+/// PacketLifeTime `T - 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AckTimeout(u8);
+
+impl AckTimeout {
+    /// The largest encodable exponent.
+    pub(crate) const MAX: u8 = 31;
+
+    /// Checks and wraps an exponent; `EINVAL` above [`AckTimeout::MAX`].
+    pub(crate) fn new(exponent: u8) -> Result<Self> {
+        if exponent > Self::MAX {
+            return Err(EINVAL);
+        }
+        Ok(Self(exponent))
+    }
+
+    /// The encoded exponent, as the CM and `ib_qp_attr.timeout` take it.
+    pub(crate) fn exponent(self) -> u8 {
+        self.0
+    }
+
+    /// The timeout in nanoseconds (4096 ns × 2^T); `None` for 0, the disabled timer.
+    pub(crate) fn as_nanos(self) -> Option<u64> {
+        if self.0 == 0 {
+            None
+        } else {
+            Some(4096u64 << self.0)
+        }
+    }
+}
+
+/// The minimum RNR NAK timer, encoded as in IBTA table 45 (5 bits).
+///
+/// The code is not monotonic in time: 0 is the *longest* delay (655.36 ms),
+/// 1..=31 go from 0.01 ms to 491.52 ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MinRnrTimer(u8);
+
+/// IBTA table 45 in microseconds, indexed by code.
+const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
+];
+
+impl MinRnrTimer {
+    /// The largest code.
+    pub(crate) const MAX: u8 = 31;
+
+    /// Checks and wraps a code; `EINVAL` above [`MinRnrTimer::MAX`].
+    pub(crate) fn new(code: u8) -> Result<Self> {
+        if code > Self::MAX {
+            return Err(EINVAL);
+        }
+        Ok(Self(code))
+    }
+
+    /// The encoded value, as `rdma_set_min_rnr_timer` takes it.
+    pub(crate) fn code(self) -> u8 {
+        self.0
+    }
+
+    /// The delay the code stands for, in microseconds.
+    pub(crate) fn as_micros(self) -> u32 {
+        RNR_TIMER_US[usize::from(self.0)]
+    }
+}
+
+/// A 3-bit retry count (0..=7) for transport or RNR retries.
+///
+/// For the RNR retry count, 7 means "retry forever" (IBTA). For the transport
+/// retry count the IBTA gives 7 no special meaning, but rxe treats `retry_cnt`
+/// 7 as infinite too, so a peer that vanished is never declared dead on rxe
+/// with 7. Failure detection takes about (retry_count + 1) × the ack timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RetryCount(u8);
+
+impl RetryCount {
+    /// The largest count, which some providers treat as infinite.
+    pub(crate) const MAX: u8 = 7;
+
+    /// Count 7: retry forever (RNR), and on rxe for transport retries too.
+    pub(crate) const INFINITE: Self = Self(Self::MAX);
+
+    /// Checks and wraps a count; `EINVAL` above [`RetryCount::MAX`].
+    pub(crate) fn new(count: u8) -> Result<Self> {
+        if count > Self::MAX {
+            return Err(EINVAL);
+        }
+        Ok(Self(count))
+    }
+
+    /// The count as `rdma_conn_param` takes it.
+    pub(crate) fn get(self) -> u8 {
+        self.0
+    }
+
+    /// Whether the count means "retry forever" (7) for RNR retries, and on rxe for
+    /// transport retries too.
+    pub(crate) fn is_infinite(self) -> bool {
+        self.0 == Self::MAX
+    }
+}
+
+/// Enhanced Connection Establishment options: a vendor id and a vendor-defined
+/// attribute modifier, offered with a connect and answered with an accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct Ece {
+    /// The vendor's IEEE OUI; 0 means "no ECE".
+    pub(crate) vendor_id: u32,
+    /// Vendor-defined option bits.
+    pub(crate) attr_mod: u32,
+}
+
+impl fmt::Display for AckTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for MinRnrTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for RetryCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[kunit_tests(cmecho_params)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_timeout_range() {
+        assert!(AckTimeout::new(0).is_ok());
+        assert!(AckTimeout::new(31).is_ok());
+        assert_eq!(AckTimeout::new(32), Err(EINVAL));
+        assert_eq!(AckTimeout::new(255), Err(EINVAL));
+    }
+
+    #[test]
+    fn ack_timeout_time() {
+        assert_eq!(AckTimeout::new(0).map(AckTimeout::as_nanos), Ok(None));
+        // 4.096 µs × 2^14 = 67.108864 ms.
+        assert_eq!(
+            AckTimeout::new(14).map(AckTimeout::as_nanos),
+            Ok(Some(67_108_864))
+        );
+        // The RoCE default, 17: about 0.54 s.
+        assert_eq!(
+            AckTimeout::new(17).map(AckTimeout::as_nanos),
+            Ok(Some(536_870_912))
+        );
+        assert_eq!(
+            AckTimeout::new(31).map(AckTimeout::as_nanos),
+            Ok(Some(8_796_093_022_208))
+        );
+    }
+
+    #[test]
+    fn min_rnr_timer_table() {
+        assert_eq!(MinRnrTimer::new(0).map(MinRnrTimer::as_micros), Ok(655_360));
+        assert_eq!(MinRnrTimer::new(1).map(MinRnrTimer::as_micros), Ok(10));
+        assert_eq!(MinRnrTimer::new(12).map(MinRnrTimer::as_micros), Ok(640));
+        assert_eq!(
+            MinRnrTimer::new(31).map(MinRnrTimer::as_micros),
+            Ok(491_520)
+        );
+        assert_eq!(MinRnrTimer::new(32), Err(EINVAL));
+    }
+
+    #[test]
+    fn retry_count_range() {
+        assert_eq!(RetryCount::new(0).map(RetryCount::get), Ok(0));
+        assert_eq!(RetryCount::new(7).map(RetryCount::is_infinite), Ok(true));
+        assert_eq!(RetryCount::new(6).map(RetryCount::is_infinite), Ok(false));
+        assert_eq!(RetryCount::new(8), Err(EINVAL));
+    }
+}
