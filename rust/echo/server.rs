@@ -235,7 +235,7 @@ impl ConnHandler for ServerConn {
         self.progress.lock().phase = Phase::Done;
         if reason == EndReason::DeviceRemoval {
             self.shared.error(fmt!(
-                "server: a connection lost its RDMA device: {}",
+                "server: a connection ended: the RDMA device was removed ({})",
                 ErrName(ENODEV)
             ));
         }

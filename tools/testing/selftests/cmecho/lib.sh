@@ -90,3 +90,60 @@ in_ns() {
 	shift
 	ip netns exec "$_ns" sh -c "mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; $*"
 }
+
+# Loads cmecho.ko if it is not loaded.
+load_cmecho() {
+	ensure_configfs
+	grep -q '^cmecho ' /proc/modules || insmod "$CMECHO_KO"
+}
+
+# Removes every endpoint, then the module.
+unload_cmecho() {
+	for d in "$CFS"/*/; do
+		[ -d "$d" ] && rmdir "$d"
+	done
+	rmmod cmecho
+}
+
+# Creates endpoint $2 in namespace $1 and writes attribute=value pairs ($3...).
+endpoint() {
+	_ns=$1
+	_ep=$2
+	shift 2
+	in_ns "$_ns" mkdir "$CFS/$_ep" || return 1
+	for _kv in "$@"; do
+		echo "${_kv#*=}" >"$CFS/$_ep/${_kv%%=*}" || {
+			ktap_info "$_ep: writing ${_kv%%=*} failed: $(cat "$CFS/$_ep/last_error")"
+			return 1
+		}
+	done
+}
+
+# Value of key $3 in attribute file $2 of endpoint $1 (`key value` lines).
+ep_get() {
+	sed -n "s/^$3 //p" "$CFS/$1/$2"
+}
+
+# Waits up to $2 seconds for endpoint $1 to reach state done or error.
+wait_done() {
+	_i=$(($2 * 10))
+	while [ $_i -gt 0 ]; do
+		case $(cat "$CFS/$1/state") in
+		done | error) return 0 ;;
+		esac
+		sleep 0.1
+		_i=$((_i - 1))
+	done
+	return 1
+}
+
+# Prints an endpoint's state, stats and last error as KTAP diagnostics.
+ep_diag() {
+	ktap_info "$1: state $(cat "$CFS/$1/state"); last_error: $(cat "$CFS/$1/last_error")"
+	sed "s/^/# $1 stats: /" "$CFS/$1/stats"
+}
+
+# True when `rdma res show cm_id` lists no id owned by cmecho.
+no_cmecho_cm_ids() {
+	! rdma res show cm_id 2>/dev/null | grep -q 'comm \[cmecho\]'
+}
