@@ -250,7 +250,7 @@ impl Endpoint {
         let shared = Arc::pin_init(
             try_pin_init!(Shared {
                 name: CString::try_from(name)?,
-                net: NetNs::current(),
+                net: NetNs::current()?,
                 inner <- new_mutex!(Inner {
                     cfg: Config::default(),
                     enabled: false,

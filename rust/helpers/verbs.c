@@ -285,19 +285,31 @@ static struct cmecho_tag *cmecho_tag_get(struct cmecho_res *res, u32 tag)
 	return tag < res->ntags ? &res->tags[tag] : NULL;
 }
 
-int cmecho_post_recv(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len)
+/* Looks up tag and buffer range and fills @sge; -EINVAL if either is bad. */
+static int cmecho_prep(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len,
+		       struct ib_sge *sge, struct ib_cqe **cqe)
 {
 	struct cmecho_buf *b = cmecho_buf_get(res, idx, off, len);
 	struct cmecho_tag *t = cmecho_tag_get(res, tag);
-	struct ib_recv_wr wr = {};
-	struct ib_sge sge;
 
 	if (!b || !t)
 		return -EINVAL;
-	sge.addr = b->dma + off;
-	sge.length = len;
-	sge.lkey = res->pd->local_dma_lkey;
-	wr.wr_cqe = &t->cqe;
+	sge->addr = b->dma + off;
+	sge->length = len;
+	sge->lkey = res->pd->local_dma_lkey;
+	*cqe = &t->cqe;
+	return 0;
+}
+
+int cmecho_post_recv(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len)
+{
+	struct ib_recv_wr wr = {};
+	struct ib_sge sge;
+	int ret;
+
+	ret = cmecho_prep(res, tag, idx, off, len, &sge, &wr.wr_cqe);
+	if (ret)
+		return ret;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	return ib_post_recv(res->id->qp, &wr, NULL);
@@ -305,17 +317,13 @@ int cmecho_post_recv(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len)
 
 int cmecho_post_send(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len)
 {
-	struct cmecho_buf *b = cmecho_buf_get(res, idx, off, len);
-	struct cmecho_tag *t = cmecho_tag_get(res, tag);
 	struct ib_send_wr wr = {};
 	struct ib_sge sge;
+	int ret;
 
-	if (!b || !t)
-		return -EINVAL;
-	sge.addr = b->dma + off;
-	sge.length = len;
-	sge.lkey = res->pd->local_dma_lkey;
-	wr.wr_cqe = &t->cqe;
+	ret = cmecho_prep(res, tag, idx, off, len, &sge, &wr.wr_cqe);
+	if (ret)
+		return ret;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = IB_WR_SEND;
@@ -326,17 +334,15 @@ int cmecho_post_send(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len)
 int cmecho_post_rdma(struct cmecho_res *res, u32 tag, bool write, u32 idx, u32 off,
 		     u32 len, u64 raddr, u32 rkey)
 {
-	struct cmecho_buf *b = cmecho_buf_get(res, idx, off, len);
-	struct cmecho_tag *t = cmecho_tag_get(res, tag);
 	struct ib_rdma_wr wr = {};
 	struct ib_sge sge;
+	int ret;
 
-	if (!b || !t || !len)
+	if (!len)
 		return -EINVAL;
-	sge.addr = b->dma + off;
-	sge.length = len;
-	sge.lkey = res->pd->local_dma_lkey;
-	wr.wr.wr_cqe = &t->cqe;
+	ret = cmecho_prep(res, tag, idx, off, len, &sge, &wr.wr.wr_cqe);
+	if (ret)
+		return ret;
 	wr.wr.sg_list = &sge;
 	wr.wr.num_sge = 1;
 	wr.wr.opcode = write ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ;

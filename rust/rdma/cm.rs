@@ -96,11 +96,11 @@ unsafe impl Sync for NetNs {}
 
 impl NetNs {
     /// Takes a reference on the network namespace of the calling task.
-    pub(crate) fn current() -> Self {
+    pub(crate) fn current() -> Result<Self> {
         // SAFETY: In process context `current` has an nsproxy with a network namespace.
         let net = unsafe { ffi::cmecho_net_get_current() };
         // INVARIANT: `get_net()` returned the namespace with a reference taken.
-        Self(NonNull::new(net).expect("get_net() never returns NULL"))
+        Ok(Self(NonNull::new(net).ok_or(EINVAL)?))
     }
 
     /// The namespace's inode number, as `ip netns identify` and `/proc/*/ns/net` show it.

@@ -49,10 +49,12 @@ impl Drop for WorkQueue {
 }
 
 /// The module's workqueue, for work that must not run in the caller's context.
+///
+/// It exists while the module's [`WorkQueue`] is alive: from before anything can
+/// call this (it is initialised first) until everything that could has been torn
+/// down (it is dropped last). Items queued on it finish before it is destroyed.
 pub(crate) fn workqueue() -> &'static Queue {
-    // SAFETY: The workqueue exists while the module's `WorkQueue` is alive, which
-    // is from before anything can call this (it is initialised first) until after
-    // everything that could has been torn down (it is dropped last). Items queued
-    // on it finish before it is destroyed.
+    // SAFETY: The module's workqueue is live for as long as anyone can call this,
+    // as documented above.
     unsafe { Queue::from_raw(ffi::cmecho_wq_get()) }
 }

@@ -17,7 +17,8 @@ declare -A BAD=(
 )
 ATTRS="role addr port ack_timeout count size clients enable"
 
-ktap_plan 14
+ktap_print_header
+ktap_set_plan 14
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -36,32 +37,32 @@ for a in $ATTRS; do
 		after=$(cat $CFS/ep/$a)
 		le=$(cat $CFS/ep/last_error)
 		if ! echo "$err" | grep -q 'Invalid argument'; then
-			ktap_info "$a='${v:0:20}': expected EINVAL, got '${err:-success}'"
+			ktap_print_msg "$a='${v:0:20}': expected EINVAL, got '${err:-success}'"
 			ok=0
 		elif [ "$after" != "$before" ]; then
-			ktap_info "$a='${v:0:20}': value changed from '$before' to '$after'"
+			ktap_print_msg "$a='${v:0:20}': value changed from '$before' to '$after'"
 			ok=0
 		elif ! echo "$le" | grep -q "^$a: "; then
-			ktap_info "$a='${v:0:20}': last_error does not name the attribute: $le"
+			ktap_print_msg "$a='${v:0:20}': last_error does not name the attribute: $le"
 			ok=0
 		fi
 	done
-	ktap_info "$a: last_error after bad values: $(cat $CFS/ep/last_error)"
-	ktap_check "$a: ${#vals[@]} bad values rejected with EINVAL, value unchanged" test $ok = 1
+	ktap_print_msg "$a: last_error after bad values: $(cat $CFS/ep/last_error)"
+	ktap_test_result "$a: ${#vals[@]} bad values rejected with EINVAL, value unchanged" test $ok = 1
 done
 
-ktap_check "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
+ktap_test_result "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
 
 err=$(write enable 1)
-ktap_check "enable with addr unset: EINVAL, last_error says so" \
+ktap_test_result "enable with addr unset: EINVAL, last_error says so" \
 	sh -c "echo '$err' | grep -q 'Invalid argument' && grep -q 'addr is not set' $CFS/ep/last_error"
 
-net_setup || ktap_info "network setup failed"
+net_setup || ktap_print_msg "network setup failed"
 echo server >$CFS/ep/role
 echo 10.77.0.99 >$CFS/ep/addr
 err=$(write enable 1)
-ktap_info "enable on an address no device has: ${err:-success}; last_error: $(cat $CFS/ep/last_error)"
-ktap_check "enable on an address no device has: fails with a reason, stays disabled" \
+ktap_print_msg "enable on an address no device has: ${err:-success}; last_error: $(cat $CFS/ep/last_error)"
+ktap_test_result "enable on an address no device has: fails with a reason, stays disabled" \
 	test -n "$err" -a "$(cat $CFS/ep/enable)" = 0
 
 rmdir $CFS/ep
@@ -77,14 +78,14 @@ for a in role addr port ack_timeout count size clients; do
 	esac
 	err=$(write $a $v)
 	if ! echo "$err" | grep -q 'busy' || [ "$(cat $CFS/ep/$a)" != "$before" ]; then
-		ktap_info "$a while enabled: '${err:-success}', value now $(cat $CFS/ep/$a)"
+		ktap_print_msg "$a while enabled: '${err:-success}', value now $(cat $CFS/ep/$a)"
 		busy=0
 	fi
 done
-ktap_check "writes while enabled fail with EBUSY and change nothing" test $busy = 1
-ktap_check "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
+ktap_test_result "writes while enabled fail with EBUSY and change nothing" test $busy = 1
+ktap_test_result "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
 
 unload_cmecho
 net_cleanup
-ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

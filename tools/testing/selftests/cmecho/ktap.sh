@@ -1,49 +1,53 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
-# KTAP output for cmecho's selftests. Source it; call ktap_plan first and
-# ktap_finished last (it exits: 0 all passed, 1 any failed, 4 only skips).
+# KTAP output for cmecho's selftests, with the vocabulary of the kernel's
+# kselftest/ktap_helpers.sh. Source it; call ktap_print_header and ktap_set_plan
+# first, ktap_finished last (it exits: 0 all passed, 1 any failed, 4 only skips).
 
 KTAP_N=0
 KTAP_PASS=0
 KTAP_FAIL=0
 KTAP_SKIP=0
 
-ktap_plan() {
+ktap_print_header() {
 	echo "TAP version 13"
+}
+
+ktap_set_plan() {
 	echo "1..$1"
 }
 
-ktap_info() {
+ktap_print_msg() {
 	echo "# $*"
 }
 
-ktap_pass() {
+ktap_test_pass() {
 	KTAP_N=$((KTAP_N + 1))
 	KTAP_PASS=$((KTAP_PASS + 1))
 	echo "ok $KTAP_N $*"
 }
 
-ktap_fail() {
+ktap_test_fail() {
 	KTAP_N=$((KTAP_N + 1))
 	KTAP_FAIL=$((KTAP_FAIL + 1))
 	echo "not ok $KTAP_N $*"
 }
 
-# ktap_skip NAME REASON
-ktap_skip() {
+# ktap_test_skip NAME REASON
+ktap_test_skip() {
 	KTAP_N=$((KTAP_N + 1))
 	KTAP_SKIP=$((KTAP_SKIP + 1))
 	echo "ok $KTAP_N $1 # SKIP $2"
 }
 
-# ktap_check NAME COMMAND...: runs the command, passes when it exits 0.
-ktap_check() {
+# ktap_test_result NAME COMMAND...: runs the command, passes when it exits 0.
+ktap_test_result() {
 	_name=$1
 	shift
 	if "$@"; then
-		ktap_pass "$_name"
+		ktap_test_pass "$_name"
 	else
-		ktap_fail "$_name"
+		ktap_test_fail "$_name"
 	fi
 }
 

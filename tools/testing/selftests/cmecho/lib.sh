@@ -67,7 +67,7 @@ net_setup() {
 	ip netns exec $NS_B rdma link add $RXE_B type rxe netdev vb || return 1
 	# Both ends answer ping before RDMA traffic starts.
 	wait_for 50 ip netns exec $NS_B ping -c 1 -W 1 $ADDR_A ||
-		{ ktap_info "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
+		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
 }
 
 net_cleanup() {
@@ -113,7 +113,7 @@ endpoint() {
 	in_ns "$_ns" mkdir "$CFS/$_ep" || return 1
 	for _kv in "$@"; do
 		echo "${_kv#*=}" >"$CFS/$_ep/${_kv%%=*}" || {
-			ktap_info "$_ep: writing ${_kv%%=*} failed: $(cat "$CFS/$_ep/last_error")"
+			ktap_print_msg "$_ep: writing ${_kv%%=*} failed: $(cat "$CFS/$_ep/last_error")"
 			return 1
 		}
 	done
@@ -139,7 +139,7 @@ wait_done() {
 
 # Prints an endpoint's state, stats and last error as KTAP diagnostics.
 ep_diag() {
-	ktap_info "$1: state $(cat "$CFS/$1/state"); last_error: $(cat "$CFS/$1/last_error")"
+	ktap_print_msg "$1: state $(cat "$CFS/$1/state"); last_error: $(cat "$CFS/$1/last_error")"
 	sed "s/^/# $1 stats: /" "$CFS/$1/stats"
 }
 
