@@ -9,6 +9,11 @@ KSRC=$CMECHO_CACHE/linux-source-$KERNEL_DEB_VERSION/linux-source-$KERNEL_SERIES
 CARGO_ROOT=$CMECHO_CACHE/cargo
 VENV=$CMECHO_CACHE/venv
 
+# rustup's toolchain, where a non-login shell (CI) may not have it on PATH.
+if ! command -v rustc >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/rustc" ]; then
+	export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
 die() { echo "cmecho: error: $*" >&2; exit 1; }
 say() { echo "cmecho: $*" >&2; }
 
