@@ -13,13 +13,18 @@
 
 use crate::echo::rping::MAX_SIZE;
 use crate::echo::{Addr, Endpoint, Role, MAX_CLIENTS, MAX_COUNT};
-use crate::rdma::params::AckTimeout;
+use crate::rdma::params::{AckTimeout, MinRnrTimer, RetryCount};
 use kernel::configfs;
 use kernel::configfs_attrs;
 use kernel::fmt::Write as _;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::str::{kstrtobool_bytes, Formatter};
+
+/// The most outstanding RDMA READs an endpoint asks for (rxe's limit).
+const MAX_RD_ATOMIC: u8 = 128;
+/// The largest `max_conns`.
+const MAX_CONNS: u32 = 1024;
 
 /// Creates the `cmecho` configfs subsystem.
 pub(crate) fn subsystem() -> impl PinInit<configfs::Subsystem<Root>, Error> {
@@ -72,6 +77,17 @@ impl configfs::GroupOperations for Root {
                 qp_attrs: 10,
                 last_error: 11,
                 netns: 12,
+                min_rnr_timer: 13,
+                retry_count: 14,
+                rnr_retry_count: 15,
+                tos: 16,
+                ece_vendor_id: 17,
+                ece_attr_mod: 18,
+                ece_policy: 19,
+                initiator_depth: 20,
+                responder_resources: 21,
+                max_conns: 22,
+                remote_ece: 23,
             ],
         };
         Ok(configfs::Group::new(
@@ -99,6 +115,43 @@ where
         return Err(msg);
     }
     Ok(v)
+}
+
+/// Parses `unset` as `None`, else a number in `lo..=hi` (decimal, or hex with `0x`).
+fn opt_number<T>(page: &[u8], lo: T, hi: T, msg: &'static str) -> Result<Option<T>, &'static str>
+where
+    T: TryFrom<u64> + PartialOrd,
+{
+    let t = text(page)?;
+    if t == "unset" {
+        return Ok(None);
+    }
+    let v = match t.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse::<u64>(),
+    }
+    .map_err(|_| msg)?;
+    let v = T::try_from(v).map_err(|_| msg)?;
+    if v < lo || v > hi {
+        return Err(msg);
+    }
+    Ok(Some(v))
+}
+
+/// Writes an optional value, `unset` for `None`.
+fn show_opt<T: core::fmt::Display>(w: &mut Formatter<'_>, v: Option<T>) -> core::fmt::Result {
+    match v {
+        Some(v) => writeln!(w, "{}", v),
+        None => writeln!(w, "unset"),
+    }
+}
+
+/// Writes an optional value in hex, `unset` for `None`.
+fn show_opt_hex(w: &mut Formatter<'_>, v: Option<u32>) -> core::fmt::Result {
+    match v {
+        Some(v) => writeln!(w, "{:#x}", v),
+        None => writeln!(w, "unset"),
+    }
 }
 
 /// Formats one value and a newline into the page.
@@ -224,3 +277,103 @@ endpoint_attr!(9, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_stats(w))
 endpoint_attr!(10, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_qp_attrs(w));
 endpoint_attr!(11, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_last_error(w));
 endpoint_attr!(12, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_netns(w));
+
+endpoint_attr!(13,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.min_rnr_timer)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("min_rnr_timer", |c| {
+        const MSG: &str = "must be unset or an IBTA RNR timer code 0..31 (0 = 655.36 ms)";
+        c.min_rnr_timer = match opt_number(page, 0u8, MinRnrTimer::MAX, MSG)? {
+            Some(v) => Some(MinRnrTimer::new(v).map_err(|_| MSG)?),
+            None => None,
+        };
+        Ok(())
+    }),
+);
+
+endpoint_attr!(14,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.retry_count)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("retry_count", |c| {
+        const MSG: &str = "must be unset or 0..7 (7 is infinite on rxe)";
+        c.retry_count = match opt_number(page, 0u8, RetryCount::MAX, MSG)? {
+            Some(v) => Some(RetryCount::new(v).map_err(|_| MSG)?),
+            None => None,
+        };
+        Ok(())
+    }),
+);
+
+endpoint_attr!(15,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.rnr_retry_count)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("rnr_retry_count", |c| {
+        const MSG: &str = "must be unset or 0..7 (7 is infinite)";
+        c.rnr_retry_count = match opt_number(page, 0u8, RetryCount::MAX, MSG)? {
+            Some(v) => Some(RetryCount::new(v).map_err(|_| MSG)?),
+            None => None,
+        };
+        Ok(())
+    }),
+);
+
+endpoint_attr!(16,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.tos)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("tos", |c| {
+        c.tos = opt_number(page, 0u8, u8::MAX, "must be unset or 0..255")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(17,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt_hex(w, ep.config(|c| c.ece_vendor_id)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("ece_vendor_id", |c| {
+        c.ece_vendor_id = opt_number(page, 1u32, 0xff_ffff, "must be unset or a 24-bit vendor id 1..0xffffff")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(18,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt_hex(w, ep.config(|c| c.ece_attr_mod)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("ece_attr_mod", |c| {
+        c.ece_attr_mod = opt_number(page, 0u32, u32::MAX, "must be unset or a 32-bit value")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(19,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| {
+        writeln!(w, "{}", if ep.config(|c| c.ece_strict) { "strict" } else { "relaxed" })
+    },
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("ece_policy", |c| {
+        c.ece_strict = match text(page)? {
+            "strict" => true,
+            "relaxed" => false,
+            _ => return Err("must be relaxed or strict"),
+        };
+        Ok(())
+    }),
+);
+
+endpoint_attr!(20,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.initiator_depth)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("initiator_depth", |c| {
+        c.initiator_depth = opt_number(page, 1u8, MAX_RD_ATOMIC, "must be unset or 1..128")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(21,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.responder_resources)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("responder_resources", |c| {
+        c.responder_resources = opt_number(page, 1u8, MAX_RD_ATOMIC, "must be unset or 1..128")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(22,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.max_conns)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("max_conns", |c| {
+        c.max_conns = opt_number(page, 1u32, MAX_CONNS, "must be unset or 1..1024")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(23, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_remote_ece(w));

@@ -14,7 +14,7 @@ pub(crate) mod rping;
 mod server;
 
 use crate::rdma::cm::{Conn, ConnParams, Listener, NetNs, StepError};
-use crate::rdma::params::AckTimeout;
+use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
 use crate::rdma::verbs::QpAttrs;
 use kernel::fmt;
 use kernel::prelude::*;
@@ -82,6 +82,26 @@ pub(crate) struct Config {
     pub(crate) port: u16,
     /// The ack timeout (`None`: unset, the CM default applies).
     pub(crate) ack_timeout: Option<AckTimeout>,
+    /// The minimum RNR NAK timer of this side's QPs (`None`: provider default).
+    pub(crate) min_rnr_timer: Option<MinRnrTimer>,
+    /// Transport retry count offered with the connect (`None`: 7, as rping).
+    pub(crate) retry_count: Option<RetryCount>,
+    /// RNR retry count sent to the peer (`None`: 7, as rping).
+    pub(crate) rnr_retry_count: Option<RetryCount>,
+    /// Type of service for RoCE (`None`: default).
+    pub(crate) tos: Option<u8>,
+    /// ECE vendor id (24 bits) offered or answered (`None`: no ECE).
+    pub(crate) ece_vendor_id: Option<u32>,
+    /// ECE attribute modifier (`None`: 0).
+    pub(crate) ece_attr_mod: Option<u32>,
+    /// Whether a server rejects connect requests whose ECE vendor id differs.
+    pub(crate) ece_strict: bool,
+    /// Outstanding RDMA READs this side issues (`None`: 1, as rping).
+    pub(crate) initiator_depth: Option<u8>,
+    /// Outstanding RDMA READs this side accepts (`None`: 1, as rping).
+    pub(crate) responder_resources: Option<u8>,
+    /// Most connections a server keeps at once (`None`: no limit).
+    pub(crate) max_conns: Option<u32>,
     /// Pings per client connection.
     pub(crate) count: u64,
     /// Bytes per ping.
@@ -97,6 +117,16 @@ impl Default for Config {
             addr: None,
             port: rping::DEFAULT_PORT,
             ack_timeout: None,
+            min_rnr_timer: None,
+            retry_count: None,
+            rnr_retry_count: None,
+            tos: None,
+            ece_vendor_id: None,
+            ece_attr_mod: None,
+            ece_strict: false,
+            initiator_depth: None,
+            responder_resources: None,
+            max_conns: None,
             count: 10,
             size: 64,
             clients: 1,
@@ -108,7 +138,30 @@ impl Config {
     fn conn_params(&self) -> ConnParams {
         let mut p = ConnParams::rping();
         p.ack_timeout = self.ack_timeout;
+        p.min_rnr_timer = self.min_rnr_timer;
+        if let Some(r) = self.retry_count {
+            p.retry_count = r;
+        }
+        if let Some(r) = self.rnr_retry_count {
+            p.rnr_retry_count = r;
+        }
+        p.tos = self.tos;
+        p.ece = self.ece();
+        if let Some(d) = self.initiator_depth {
+            p.initiator_depth = d;
+        }
+        if let Some(r) = self.responder_resources {
+            p.responder_resources = r;
+        }
         p
+    }
+
+    /// The ECE this endpoint offers (client) or answers with (server).
+    fn ece(&self) -> Option<Ece> {
+        self.ece_vendor_id.map(|vendor_id| Ece {
+            vendor_id,
+            attr_mod: self.ece_attr_mod.unwrap_or(0),
+        })
     }
 }
 
@@ -152,6 +205,9 @@ pub(crate) struct Stats {
     pub(crate) errors: u64,
     /// Connections established.
     pub(crate) connections: u64,
+    /// Connect requests rejected (servers: by `max_conns` or `ece_policy`;
+    /// clients: by the peer).
+    pub(crate) rejected: u64,
     rtt_n: u64,
     rtt_sum_us: u64,
     rtt_min_us: u64,
@@ -415,6 +471,7 @@ impl Endpoint {
         writeln!(w, "pings {}", s.pings)?;
         writeln!(w, "errors {}", s.errors)?;
         writeln!(w, "connections {}", s.connections)?;
+        writeln!(w, "rejected {}", s.rejected)?;
         writeln!(w, "active {}", active)?;
         if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
             writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
@@ -450,6 +507,19 @@ impl Endpoint {
         }
         writeln!(w, "remote_ece_vendor_id {:#x}", rb.remote_ece.vendor_id)?;
         writeln!(w, "remote_ece_attr_mod {:#x}", rb.remote_ece.attr_mod)
+    }
+
+    /// Writes `remote_ece`: the ECE the peer of the last established connection sent.
+    pub(crate) fn show_remote_ece(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let e = self
+            .shared
+            .inner
+            .lock()
+            .read_back
+            .map(|rb| rb.remote_ece)
+            .unwrap_or_default();
+        writeln!(w, "vendor_id {:#x}", e.vendor_id)?;
+        writeln!(w, "attr_mod {:#x}", e.attr_mod)
     }
 
     /// Writes `last_error`.
@@ -489,6 +559,9 @@ impl Shared {
 
     /// Records a failed connection setup.
     fn step_error(&self, who: fmt::Arguments<'_>, e: &StepError) {
+        if e.err == ECONNREFUSED {
+            self.stats(|s| s.rejected += 1);
+        }
         match e.status {
             Some(st) if e.err == ECONNREFUSED => self.error(fmt!(
                 "{}: {}: rejected by the peer: {} (reason {})",

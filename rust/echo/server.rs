@@ -55,11 +55,47 @@ impl ListenHandler for Listen {
 
     fn connect_request(
         &self,
-        _req: &ConnectRequest,
+        req: &ConnectRequest,
     ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
-        if !self.shared.inner.lock().enabled {
-            return Err(RejectReason::Consumer);
-        }
+        let answer = {
+            let mut g = self.shared.inner.lock();
+            if !g.enabled {
+                return Err(RejectReason::Consumer);
+            }
+            let cfg = g.cfg;
+            if let (Some(max), Run::Server { conns, .. }) = (cfg.max_conns, &mut g.run) {
+                conns.retain(|c| c.state() != crate::rdma::cm::ConnState::Closed);
+                if conns.len() >= max as usize {
+                    g.stats.rejected += 1;
+                    super::set_error(
+                        &mut g,
+                        fmt!(
+                            "server: rejected a connect request: max_conns {} reached",
+                            max
+                        ),
+                    );
+                    return Err(RejectReason::Consumer);
+                }
+            }
+            let mine = cfg.ece();
+            let offered = req.remote_ece.vendor_id;
+            match mine {
+                Some(e) if e.vendor_id == offered => Some(e),
+                _ if cfg.ece_strict => {
+                    g.stats.rejected += 1;
+                    super::set_error(
+                        &mut g,
+                        fmt!(
+                            "server: rejected a connect request: ECE vendor id {:#x} offered, {:#x} required",
+                            offered,
+                            mine.map(|e| e.vendor_id).unwrap_or(0)
+                        ),
+                    );
+                    return Err(RejectReason::VendorOptionNotSupported);
+                }
+                _ => None,
+            }
+        };
         let shared = self.shared.clone();
         Ok((
             try_pin_init!(ServerConn {
@@ -69,7 +105,7 @@ impl ListenHandler for Listen {
                     read_len: 0,
                 }),
             }),
-            None,
+            answer,
         ))
     }
 

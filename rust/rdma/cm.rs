@@ -989,7 +989,6 @@ unsafe extern "C" fn cmecho_rs_cm_event(
 
 /// A connect request, as the passive side's [`ListenHandler`] sees it.
 #[derive(Clone, Copy, Debug)]
-#[expect(dead_code, reason = "read by the ECE policy of the full echo service")]
 pub(crate) struct ConnectRequest {
     /// The ECE the peer offered (zero when none).
     pub(crate) remote_ece: Ece,
@@ -1005,7 +1004,6 @@ pub(crate) enum RejectReason {
     /// `IB_CM_REJ_CONSUMER_DEFINED`: the ULP says no (e.g. too many connections).
     Consumer,
     /// `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`: the ECE offered is not acceptable.
-    #[expect(dead_code, reason = "used by the ECE policy of the full echo service")]
     VendorOptionNotSupported,
 }
 
@@ -1135,6 +1133,9 @@ impl<L: ListenHandler> Listener<L> {
         };
         let mut params = self.params;
         params.ece = ece;
+        // Never more outstanding READs in either direction than the peer allows.
+        params.initiator_depth = params.initiator_depth.min(req.responder_resources);
+        params.responder_resources = params.responder_resources.min(req.initiator_depth);
         let conn = match Conn::new(h, params) {
             Ok(c) => c,
             Err(e) => {

@@ -14,11 +14,23 @@ declare -A BAD=(
 	[size]="|abc|0|-1|65537|$HUGE"
 	[clients]="|abc|0|-1|65|$HUGE"
 	[enable]="abc|2|-1|$HUGE"
+	[min_rnr_timer]="|abc|32|-1|$HUGE"
+	[retry_count]="|abc|8|-1|$HUGE"
+	[rnr_retry_count]="|abc|8|-1|$HUGE"
+	[tos]="|abc|256|-1|$HUGE"
+	[ece_vendor_id]="|abc|0|0x1000000|-1|0xg|$HUGE"
+	[ece_attr_mod]="|abc|0x100000000|-1|$HUGE"
+	[ece_policy]="|strictx|1|$HUGE"
+	[initiator_depth]="|abc|0|129|-1|$HUGE"
+	[responder_resources]="|abc|0|129|-1|$HUGE"
+	[max_conns]="|abc|0|1025|-1|$HUGE"
 )
-ATTRS="role addr port ack_timeout count size clients enable"
+ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
+rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
+responder_resources max_conns"
 
 ktap_print_header
-ktap_set_plan 14
+ktap_set_plan 25
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -53,6 +65,22 @@ done
 
 ktap_test_result "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
 
+# Good values read back exactly as written; "unset" goes back to unset.
+rt=1
+for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32 \
+	ece_vendor_id=0x1234 ece_attr_mod=0x5 ece_policy=strict initiator_depth=4 \
+	responder_resources=4 max_conns=8 port=7000 count=7 size=100 clients=3 role=server \
+	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset; do
+	a=${kv%%=*}
+	v=${kv#*=}
+	write $a "$v" >/dev/null
+	got=$(cat $CFS/ep/$a)
+	[ "$got" = "$v" ] || { ktap_print_msg "$a: wrote '$v', read '$got'"; rt=0; }
+done
+ktap_test_result "good values read back exactly as written (unset where unset)" test $rt = 1
+rmdir $CFS/ep
+mkdir $CFS/ep
+
 err=$(write enable 1)
 ktap_test_result "enable with addr unset: EINVAL, last_error says so" \
 	sh -c "echo '$err' | grep -q 'Invalid argument' && grep -q 'addr is not set' $CFS/ep/last_error"
@@ -71,10 +99,12 @@ echo server >$CFS/ep/role
 echo $ADDR_A >$CFS/ep/addr
 echo 1 >$CFS/ep/enable
 busy=1
-for a in role addr port ack_timeout count size clients; do
+for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
+	rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
+	responder_resources max_conns; do
 	before=$(cat $CFS/ep/$a)
 	case $a in
-	role) v=client ;; addr) v=$ADDR_B ;; ack_timeout) v=14 ;; *) v=2 ;;
+	role) v=client ;; addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; *) v=2 ;;
 	esac
 	err=$(write $a $v)
 	if ! echo "$err" | grep -q 'busy' || [ "$(cat $CFS/ep/$a)" != "$before" ]; then
