@@ -11,8 +11,9 @@
 //! fails: `EINVAL` for a bad value, `EBUSY` while the endpoint is enabled. Either
 //! failure also sets `last_error`.
 
+use crate::echo::native::MAX_DEPTH;
 use crate::echo::rping::MAX_SIZE;
-use crate::echo::{Addr, Endpoint, Role, MAX_CLIENTS, MAX_COUNT};
+use crate::echo::{Addr, Endpoint, Mode, Role, MAX_CLIENTS, MAX_COUNT};
 use crate::rdma::params::{AckTimeout, MinRnrTimer, RetryCount};
 use kernel::configfs;
 use kernel::configfs_attrs;
@@ -88,6 +89,10 @@ impl configfs::GroupOperations for Root {
                 responder_resources: 21,
                 max_conns: 22,
                 remote_ece: 23,
+                connections: 24,
+                mode: 25,
+                depth: 26,
+                duration_ms: 27,
             ],
         };
         Ok(configfs::Group::new(
@@ -377,3 +382,34 @@ endpoint_attr!(22,
 );
 
 endpoint_attr!(23, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_remote_ece(w));
+endpoint_attr!(24, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_connections(w));
+
+endpoint_attr!(25,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| {
+        writeln!(w, "{}", if ep.config(|c| c.mode) == Mode::Echo { "echo" } else { "rping" })
+    },
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("mode", |c| {
+        c.mode = match text(page)? {
+            "rping" => Mode::Rping,
+            "echo" => Mode::Echo,
+            _ => return Err("must be rping or echo"),
+        };
+        Ok(())
+    }),
+);
+
+endpoint_attr!(26,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.depth)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("depth", |c| {
+        c.depth = number(page, 1u32, MAX_DEPTH, "must be 1..256")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(27,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.duration_ms)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("duration_ms", |c| {
+        c.duration_ms = opt_number(page, 1u32, 3_600_000, "must be unset or 1..3600000")?;
+        Ok(())
+    }),
+);

@@ -9,7 +9,7 @@
 //! after the connect runs in completion handlers: no thread waits per connection.
 
 use super::rping::{self, Msg, MSG_LEN};
-use super::{Addr, Config, ErrName, Role, Shared, State};
+use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::cm::{Conn, ConnHandler, EndReason};
 use crate::rdma::verbs::{QpConfig, WcError};
 use kernel::prelude::*;
@@ -50,7 +50,9 @@ enum Phase {
 struct Progress {
     phase: Phase,
     n: u64,
+    errors: u64,
     started: Option<Instant<Monotonic>>,
+    run_started: Option<Instant<Monotonic>>,
     src: Msg,
     sink: Msg,
 }
@@ -66,58 +68,24 @@ pub(super) struct ClientConn {
     progress: Mutex<Progress>,
 }
 
-/// Starts client connection `index` of an endpoint: its setup runs on the module's
-/// workqueue, the pings in completion handlers.
-pub(super) fn start(shared: Arc<Shared>, cfg: &Config, addr: &Addr, index: u32) -> Result {
-    debug_assert!(cfg.role == Role::Client);
-    let sh = shared.clone();
+/// Starts client connection `index` of an endpoint in rping mode.
+pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32) -> Result {
     let handler = try_pin_init!(ClientConn {
-            shared: sh,
-            index,
-            size: cfg.size,
-            count: cfg.count,
-            progress <- new_mutex!(Progress {
-                phase: Phase::Setup,
-                n: 0,
-                started: None,
-                src: Msg { addr: 0, rkey: 0, size: 0 },
-                sink: Msg { addr: 0, rkey: 0, size: 0 },
-            }),
+        shared: shared.clone(),
+        index,
+        size: cfg.size,
+        count: cfg.count,
+        progress <- new_mutex!(Progress {
+            phase: Phase::Setup,
+            n: 0,
+            errors: 0,
+            started: None,
+            run_started: None,
+            src: Msg { addr: 0, rkey: 0, size: 0 },
+            sink: Msg { addr: 0, rkey: 0, size: 0 },
+        }),
     });
-    let conn = Conn::new_active(handler, cfg.conn_params())?;
-    {
-        let mut g = shared.inner.lock();
-        if let super::Run::Client { conns } = &mut g.run {
-            conns.push(conn.clone(), GFP_KERNEL)?;
-        }
-        g.setups += 1;
-    }
-    let addr = *addr;
-    let port = cfg.port;
-    let sh = shared.clone();
-    let r = crate::rdma::workqueue().try_spawn(GFP_KERNEL, move || {
-        let enabled = sh.inner.lock().enabled;
-        let res = if enabled {
-            conn.connect(&sh.net, addr.as_cstr(), port, QP)
-        } else {
-            conn.close();
-            Ok(())
-        };
-        if let Err(e) = res {
-            sh.step_error(fmt!("client {}", index), &e);
-            conn.handler().finish(false);
-        }
-        let mut g = sh.inner.lock();
-        g.setups -= 1;
-        drop(g);
-        sh.changed.notify_all();
-    });
-    if r.is_err() {
-        let mut g = shared.inner.lock();
-        g.setups -= 1;
-        return Err(ENOMEM);
-    }
-    Ok(())
+    super::spawn_connect(shared, cfg, addr, index, handler, QP)
 }
 
 impl ClientConn {
@@ -129,17 +97,23 @@ impl ClientConn {
                 return;
             }
             p.phase = Phase::Done;
+            if !ok {
+                p.errors += 1;
+            }
         }
-        let mut g = self.shared.inner.lock();
-        g.unfinished = g.unfinished.saturating_sub(1);
-        if !ok {
-            g.state = State::Error;
-        } else if g.unfinished == 0 && g.state != State::Error && g.enabled {
-            g.state = State::Done;
-        }
+        self.shared.client_finished(ok);
     }
 
     fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        if !conn.is_open() {
+            // Torn down meanwhile: `ended` or the closer reports it.
+            return;
+        }
+        self.abort(conn, what);
+    }
+
+    /// Finishes the connection as failed, whatever its state.
+    fn abort(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
         self.shared.error(fmt!("client {}: {}", self.index, what));
         self.finish(false);
         conn.close();
@@ -184,6 +158,7 @@ impl ClientConn {
                     .with_res(|res| res.with_buf(B_SRC, |s| res.with_buf(B_SINK, |d| s == &*d))?)
                     .map_err(|_| "cannot read the buffers")?;
                 if !same {
+                    self.shared.stats(|s| s.verify_errors += 1);
                     return Err("data mismatch: the echoed ping differs from the one sent");
                 }
                 let (done, rtt) = {
@@ -193,11 +168,15 @@ impl ClientConn {
                 };
                 self.shared.stats(|s| {
                     s.pings += 1;
+                    s.bytes += u64::from(self.size);
                     if let Some(d) = rtt {
                         s.record_rtt(d);
                     }
                 });
                 if done {
+                    if let Some(t) = self.progress.lock().run_started {
+                        self.shared.stats(|s| s.run_time(t.elapsed()));
+                    }
                     self.finish(true);
                     conn.disconnect();
                     conn.close();
@@ -208,6 +187,21 @@ impl ClientConn {
                 }
             }
             Phase::Setup | Phase::Done => Err("protocol error: unexpected message"),
+        }
+    }
+}
+
+impl EchoConn for ClientConn {
+    fn setup_failed(&self) {
+        self.finish(false);
+    }
+
+    fn counters(&self) -> ConnCounters {
+        let p = self.progress.lock();
+        ConnCounters {
+            messages: p.n,
+            bytes: p.n * u64::from(self.size),
+            errors: p.errors,
         }
     }
 }
@@ -226,13 +220,8 @@ impl ConnHandler for ClientConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
-        {
-            let mut g = self.shared.inner.lock();
-            g.stats.connections += 1;
-            if g.state == State::Connecting {
-                g.state = State::Running;
-            }
-        }
+        self.shared.client_established();
+        self.progress.lock().run_started = Some(Instant::now());
         // The source is read by the server, the sink written: fast registrations,
         // posted ahead of the first SEND that advertises them.
         let regs =
@@ -287,7 +276,7 @@ impl ConnHandler for ClientConn {
                 EndReason::Disconnected => "the peer disconnected",
                 EndReason::DeviceRemoval => "the RDMA device was removed",
             };
-            self.fail(conn, fmt!("{} after {} pings", why, n));
+            self.abort(conn, fmt!("{} after {} pings", why, n));
         } else {
             conn.close();
         }

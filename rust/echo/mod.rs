@@ -10,12 +10,17 @@
 //! This module is safe Rust: everything unsafe is in `crate::rdma`.
 
 mod client;
+pub(crate) mod native;
 pub(crate) mod rping;
 mod server;
 
-use crate::rdma::cm::{Conn, ConnParams, Listener, NetNs, StepError};
+use crate::rdma::cm::{
+    Conn, ConnHandler, ConnParams, ConnState, ConnectRequest, Listener, NetNs, RejectReason,
+    StepError,
+};
 use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
 use crate::rdma::verbs::QpAttrs;
+use crate::rdma::verbs::QpConfig;
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
@@ -71,11 +76,26 @@ impl Addr {
     }
 }
 
+/// Which protocol an endpoint speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// rping's: RDMA READ/WRITE of advertised buffers, one ping at a time.
+    Rping,
+    /// Native SEND/RECV echo with `depth` messages in flight.
+    Echo,
+}
+
 /// An endpoint's configuration, as configfs stores it.
 #[derive(Clone, Copy)]
 pub(crate) struct Config {
     /// Server or client.
     pub(crate) role: Role,
+    /// rping or native echo.
+    pub(crate) mode: Mode,
+    /// Messages in flight per connection (echo mode; servers: the most accepted).
+    pub(crate) depth: u32,
+    /// Run for this long instead of `count` messages (echo-mode clients).
+    pub(crate) duration_ms: Option<u32>,
     /// The address to listen on or connect to (`None`: unset).
     pub(crate) addr: Option<Addr>,
     /// The port.
@@ -114,6 +134,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             role: Role::Client,
+            mode: Mode::Rping,
+            depth: 1,
+            duration_ms: None,
             addr: None,
             port: rping::DEFAULT_PORT,
             ack_timeout: None,
@@ -208,10 +231,23 @@ pub(crate) struct Stats {
     /// Connect requests rejected (servers: by `max_conns` or `ece_policy`;
     /// clients: by the peer).
     pub(crate) rejected: u64,
+    /// Payload bytes echoed.
+    pub(crate) bytes: u64,
+    /// Echoes that differed from what was sent.
+    pub(crate) verify_errors: u64,
+    /// Client connections whose setup failed.
+    pub(crate) connect_failed: u64,
+    /// Failed work completions by `ib_wc_status` (the first few statuses seen).
+    wc_errors: [(i32, u64); 8],
     rtt_n: u64,
     rtt_sum_us: u64,
     rtt_min_us: u64,
     rtt_max_us: u64,
+    /// RTT histogram: bucket `i` counts RTTs below 2^(i+1) µs and at least 2^i
+    /// (bucket 0 also counts 0 and 1 µs).
+    rtt_hist: [u64; 32],
+    /// How long the last client run took, from establishment to the last echo.
+    run_us: u64,
 }
 
 impl Stats {
@@ -225,6 +261,36 @@ impl Stats {
         }
         self.rtt_n += 1;
         self.rtt_sum_us += us;
+        let bucket = (63 - us.max(1).leading_zeros()).min(31) as usize;
+        self.rtt_hist[bucket] += 1;
+    }
+
+    /// Counts a failed work completion by status.
+    pub(crate) fn wc_error(&mut self, status: i32) {
+        if let Some(e) = self.wc_errors.iter_mut().find(|e| e.1 > 0 && e.0 == status) {
+            e.1 += 1;
+        } else if let Some(e) = self.wc_errors.iter_mut().find(|e| e.1 == 0) {
+            *e = (status, 1);
+        }
+    }
+
+    /// Records how long a client connection ran; the run is as long as its longest.
+    pub(crate) fn run_time(&mut self, d: Delta) {
+        let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
+        self.run_us = self.run_us.max(us);
+    }
+
+    /// The upper bound, in µs, of the histogram bucket holding the `pct` percentile.
+    fn percentile_us(&self, pct: u64) -> u64 {
+        let want = (self.rtt_n * pct).div_ceil(100).max(1);
+        let mut seen = 0;
+        for (i, n) in self.rtt_hist.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return (1u64 << (i + 1)).min(self.rtt_max_us.max(1));
+            }
+        }
+        self.rtt_max_us
     }
 }
 
@@ -253,19 +319,106 @@ impl ReadBack {
     }
 }
 
+/// Per-connection counters, as `connections` shows them.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ConnCounters {
+    /// Messages (pings) completed.
+    pub(crate) messages: u64,
+    /// Payload bytes echoed.
+    pub(crate) bytes: u64,
+    /// Errors on this connection.
+    pub(crate) errors: u64,
+}
+
+/// What the echo service needs of each connection handler, whatever its protocol.
+pub(crate) trait EchoConn: ConnHandler {
+    /// Marks a client connection whose setup failed as finished.
+    fn setup_failed(&self);
+    /// The connection's counters.
+    fn counters(&self) -> ConnCounters;
+}
+
+/// A connection an endpoint keeps, whatever its handler type.
+trait EpConn: Send + Sync {
+    fn state(&self) -> ConnState;
+    fn close_and_wait(&self);
+    fn describe(&self, w: &mut dyn core::fmt::Write, n: usize) -> core::fmt::Result;
+}
+
+impl<H: EchoConn> EpConn for Conn<H> {
+    fn state(&self) -> ConnState {
+        Conn::state(self)
+    }
+
+    fn close_and_wait(&self) {
+        // Only fails inside the connection's own handler; endpoints call this from
+        // process context.
+        let _ = Conn::close_and_wait(self);
+    }
+
+    fn describe(&self, w: &mut dyn core::fmt::Write, n: usize) -> core::fmt::Result {
+        let c = self.handler().counters();
+        let st = Conn::state(self);
+        write!(w, "conn{} state {}", n, st.name())?;
+        if let Ok(q) = self.qp_attrs() {
+            write!(
+                w,
+                " qp_num {} qp_state {} timeout {} retry_cnt {} rnr_retry {} min_rnr_timer {}",
+                q.qp_num,
+                q.state_name(),
+                q.timeout,
+                q.retry_cnt,
+                q.rnr_retry,
+                q.min_rnr_timer
+            )?;
+        }
+        writeln!(
+            w,
+            " messages {} bytes {} errors {}",
+            c.messages, c.bytes, c.errors
+        )
+    }
+}
+
+/// A listener an endpoint keeps, whatever its handler type.
+trait EpListener: Send + Sync {
+    fn stop(&self);
+}
+
+impl<L: crate::rdma::cm::ListenHandler> EpListener for Listener<L> {
+    fn stop(&self) {
+        Listener::stop(self)
+    }
+}
+
 /// The running parts of an enabled endpoint.
-enum Run {
-    /// Not enabled.
-    None,
-    /// A server's listener and its accepted connections.
-    Server {
-        listener: Arc<Listener<server::Listen>>,
-        conns: KVec<Arc<Conn<server::ServerConn>>>,
-    },
-    /// A client's connections.
-    Client {
-        conns: KVec<Arc<Conn<client::ClientConn>>>,
-    },
+struct Run {
+    /// A server's listener.
+    listener: Option<Arc<dyn EpListener>>,
+    /// Accepted (server) or opened (client) connections.
+    conns: KVec<Arc<dyn EpConn>>,
+}
+
+impl Run {
+    const fn new() -> Self {
+        Self {
+            listener: None,
+            conns: KVec::new(),
+        }
+    }
+
+    /// Forgets connections that have closed.
+    fn prune(&mut self) {
+        self.conns.retain(|c| c.state() != ConnState::Closed);
+    }
+
+    /// How many connections are established.
+    fn established(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.state() == ConnState::Established)
+            .count()
+    }
 }
 
 /// An endpoint's mutable state, protected by [`Shared::inner`].
@@ -314,7 +467,7 @@ impl Endpoint {
                     last_error: None,
                     stats: Stats::default(),
                     read_back: None,
-                    run: Run::None,
+                    run: Run::new(),
                     setups: 0,
                     unfinished: 0,
                 }),
@@ -397,13 +550,26 @@ impl Endpoint {
         match cfg.role {
             Role::Server => {
                 drop(g);
-                let listen = server::Listen::new(sh.clone());
-                match Listener::listen(&sh.net, addr.as_cstr(), cfg.port, cfg.conn_params(), listen)
-                {
+                let (a, p, params) = (addr.as_cstr(), cfg.port, cfg.conn_params());
+                let listening: Result<Arc<dyn EpListener>, StepError> = match cfg.mode {
+                    Mode::Rping => {
+                        Listener::listen(&sh.net, a, p, params, server::Listen::new(sh.clone()))
+                            .map(|l| l as Arc<dyn EpListener>)
+                    }
+                    Mode::Echo => Listener::listen(
+                        &sh.net,
+                        a,
+                        p,
+                        params,
+                        native::Listen::new(sh.clone(), &cfg),
+                    )
+                    .map(|l| l as Arc<dyn EpListener>),
+                };
+                match listening {
                     Ok(listener) => {
                         let mut g = sh.inner.lock();
-                        g.run = Run::Server {
-                            listener,
+                        g.run = Run {
+                            listener: Some(listener),
                             conns: KVec::new(),
                         };
                         g.enabled = true;
@@ -428,13 +594,17 @@ impl Endpoint {
                 }
             }
             Role::Client => {
-                g.run = Run::Client { conns: KVec::new() };
+                g.run = Run::new();
                 g.enabled = true;
                 g.state = State::Connecting;
                 g.unfinished = cfg.clients;
                 drop(g);
                 for i in 0..cfg.clients {
-                    if let Err(e) = client::start(sh.clone(), &cfg, &addr, i) {
+                    let started = match cfg.mode {
+                        Mode::Rping => client::start(sh, &cfg, &addr, i),
+                        Mode::Echo => native::start(sh, &cfg, &addr, i),
+                    };
+                    if let Err(e) = started {
                         let mut g = sh.inner.lock();
                         g.stats.errors += 1;
                         g.unfinished -= 1;
@@ -462,25 +632,36 @@ impl Endpoint {
     pub(crate) fn show_stats(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         let g = self.shared.inner.lock();
         let s = g.stats;
-        let active = match &g.run {
-            Run::None => 0,
-            Run::Server { conns, .. } => count_established(conns),
-            Run::Client { conns } => count_established(conns),
-        };
+        let active = g.run.established();
         drop(g);
         writeln!(w, "pings {}", s.pings)?;
+        writeln!(w, "bytes {}", s.bytes)?;
         writeln!(w, "errors {}", s.errors)?;
+        writeln!(w, "verify_errors {}", s.verify_errors)?;
         writeln!(w, "connections {}", s.connections)?;
+        writeln!(w, "connect_failed {}", s.connect_failed)?;
         writeln!(w, "rejected {}", s.rejected)?;
         writeln!(w, "active {}", active)?;
+        for (status, n) in s.wc_errors.iter().filter(|e| e.1 > 0) {
+            writeln!(w, "wc_error_status_{} {}", status, n)?;
+        }
         if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
             writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
             writeln!(w, "rtt_avg_us {}", avg)?;
-            writeln!(w, "rtt_max_us {}", s.rtt_max_us)
+            writeln!(w, "rtt_p50_us {}", s.percentile_us(50))?;
+            writeln!(w, "rtt_p99_us {}", s.percentile_us(99))?;
+            writeln!(w, "rtt_max_us {}", s.rtt_max_us)?;
+            for (i, n) in s.rtt_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
+                writeln!(w, "rtt_hist_lt_{}us {}", 1u64 << (i + 1), n)?;
+            }
         } else {
-            writeln!(w, "rtt_min_us -")?;
-            writeln!(w, "rtt_avg_us -")?;
-            writeln!(w, "rtt_max_us -")
+            for k in ["min", "avg", "p50", "p99", "max"] {
+                writeln!(w, "rtt_{}_us -", k)?;
+            }
+        }
+        match (s.run_us, s.bytes) {
+            (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -"),
+            (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us),
         }
     }
 
@@ -522,6 +703,33 @@ impl Endpoint {
         writeln!(w, "attr_mod {:#x}", e.attr_mod)
     }
 
+    /// Writes `connections`: one line per connection of the endpoint.
+    pub(crate) fn show_connections(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let g = self.shared.inner.lock();
+        let conns: KVec<Arc<dyn EpConn>> = {
+            let mut v = KVec::new();
+            for c in g.run.conns.iter() {
+                if v.push(c.clone(), GFP_KERNEL).is_err() {
+                    break;
+                }
+            }
+            v
+        };
+        drop(g);
+        let mut lines = LineBudget {
+            w,
+            left: CONNECTIONS_BUDGET,
+        };
+        for (n, c) in conns.iter().enumerate() {
+            // A line is under 200 bytes: stop while a whole one still fits.
+            if lines.left < 200 {
+                return writeln!(lines.w, "truncated {} more", conns.len() - n);
+            }
+            c.describe(&mut lines, n)?;
+        }
+        Ok(())
+    }
+
     /// Writes `last_error`.
     pub(crate) fn show_last_error(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
         match &self.shared.inner.lock().last_error {
@@ -559,9 +767,12 @@ impl Shared {
 
     /// Records a failed connection setup.
     fn step_error(&self, who: fmt::Arguments<'_>, e: &StepError) {
-        if e.err == ECONNREFUSED {
-            self.stats(|s| s.rejected += 1);
-        }
+        self.stats(|s| {
+            s.connect_failed += 1;
+            if e.err == ECONNREFUSED {
+                s.rejected += 1;
+            }
+        });
         match e.status {
             Some(st) if e.err == ECONNREFUSED => self.error(fmt!(
                 "{}: {}: rejected by the peer: {} (reason {})",
@@ -573,6 +784,11 @@ impl Shared {
             Some(st) => self.error(fmt!("{}: {} (status {})", who, e.step, st)),
             None => self.error(fmt!("{}: {}: {}", who, e.step, ErrName(e.err))),
         }
+    }
+
+    /// Sets `last_error` without counting an error.
+    fn set_last_error(&self, msg: fmt::Arguments<'_>) {
+        set_error(&mut self.inner.lock(), msg);
     }
 
     fn stats(&self, f: impl FnOnce(&mut Stats)) {
@@ -591,21 +807,13 @@ impl Shared {
         let run = {
             let mut g = self.inner.lock();
             g.enabled = false;
-            core::mem::replace(&mut g.run, Run::None)
+            core::mem::replace(&mut g.run, Run::new())
         };
-        match run {
-            Run::None => {}
-            Run::Server { listener, conns } => {
-                // No new connections: then close the accepted ones.
-                listener.stop();
-                let extra = core::mem::replace(&mut self.inner.lock().run, Run::None);
-                close_all(&conns);
-                if let Run::Server { conns, .. } = extra {
-                    close_all(&conns);
-                }
-            }
-            Run::Client { conns } => close_all(&conns),
+        // No new connections first, then close the ones there are.
+        if let Some(l) = &run.listener {
+            l.stop();
         }
+        close_all(&run.conns);
         // Client setups still on the workqueue see `enabled == false` and give up;
         // wait for them, and close what they registered meanwhile.
         let mut g = self.inner.lock();
@@ -614,28 +822,156 @@ impl Shared {
                 .changed
                 .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
         }
-        let late = core::mem::replace(&mut g.run, Run::None);
+        let late = core::mem::replace(&mut g.run, Run::new());
         g.state = State::Idle;
         drop(g);
-        if let Run::Client { conns } = late {
-            close_all(&conns);
+        close_all(&late.conns);
+    }
+
+    /// Keeps a connection, unless the endpoint is disabled or out of memory, in
+    /// which case it is closed.
+    fn keep<H: EchoConn>(&self, conn: Arc<Conn<H>>) -> Result {
+        let mut g = self.inner.lock();
+        if g.enabled {
+            g.run.prune();
+            if g.run.conns.push(conn.clone(), GFP_KERNEL).is_ok() {
+                return Ok(());
+            }
+        }
+        drop(g);
+        conn.close();
+        Err(ECONNABORTED)
+    }
+
+    /// Decides on a connect request for a server: `max_conns` and the ECE policy.
+    /// Returns the ECE to answer with, or why the request is rejected.
+    fn admit(&self, req: &ConnectRequest) -> Result<Option<Ece>, RejectReason> {
+        let mut g = self.inner.lock();
+        if !g.enabled {
+            return Err(RejectReason::Consumer);
+        }
+        let cfg = g.cfg;
+        if let Some(max) = cfg.max_conns {
+            g.run.prune();
+            if g.run.conns.len() >= max as usize {
+                g.stats.rejected += 1;
+                set_error(
+                    &mut g,
+                    fmt!(
+                        "server: rejected a connect request: max_conns {} reached",
+                        max
+                    ),
+                );
+                return Err(RejectReason::Consumer);
+            }
+        }
+        let mine = cfg.ece();
+        let offered = req.remote_ece.vendor_id;
+        match mine {
+            Some(e) if e.vendor_id == offered => Ok(Some(e)),
+            _ if cfg.ece_strict => {
+                g.stats.rejected += 1;
+                set_error(
+                    &mut g,
+                    fmt!(
+                        "server: rejected a connect request: ECE vendor id {:#x} offered, {:#x} required",
+                        offered,
+                        mine.map(|e| e.vendor_id).unwrap_or(0)
+                    ),
+                );
+                Err(RejectReason::VendorOptionNotSupported)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Records that a client connection finished; the endpoint is `done` once all
+    /// have, `error` as soon as one failed.
+    fn client_finished(&self, ok: bool) {
+        let mut g = self.inner.lock();
+        g.unfinished = g.unfinished.saturating_sub(1);
+        if !ok {
+            g.state = State::Error;
+        } else if g.unfinished == 0 && g.state != State::Error && g.enabled {
+            g.state = State::Done;
+        }
+    }
+
+    /// Marks a client endpoint running once a connection is established.
+    fn client_established(&self) {
+        let mut g = self.inner.lock();
+        g.stats.connections += 1;
+        if g.state == State::Connecting {
+            g.state = State::Running;
         }
     }
 }
 
-/// How many of `conns` are established.
-fn count_established<H: crate::rdma::cm::ConnHandler>(conns: &[Arc<Conn<H>>]) -> usize {
-    conns
-        .iter()
-        .filter(|c| c.state() == crate::rdma::cm::ConnState::Established)
-        .count()
+/// Opens client connection `index` of an endpoint with the given handler: setup
+/// runs on the module's workqueue, everything after in completion handlers.
+fn spawn_connect<H: EchoConn>(
+    shared: &Arc<Shared>,
+    cfg: &Config,
+    addr: &Addr,
+    index: u32,
+    handler: impl PinInit<H, Error>,
+    qp: QpConfig,
+) -> Result {
+    let conn = Conn::new_active(handler, cfg.conn_params())?;
+    if shared.keep(conn.clone()).is_err() {
+        return Err(ECONNABORTED);
+    }
+    shared.inner.lock().setups += 1;
+    let addr = *addr;
+    let port = cfg.port;
+    let sh = shared.clone();
+    let r = crate::rdma::workqueue().try_spawn(GFP_KERNEL, move || {
+        let enabled = sh.inner.lock().enabled;
+        let res = if enabled {
+            conn.connect(&sh.net, addr.as_cstr(), port, qp)
+        } else {
+            conn.close();
+            Ok(())
+        };
+        if let Err(e) = res {
+            sh.step_error(fmt!("client {}", index), &e);
+            conn.handler().setup_failed();
+        }
+        sh.inner.lock().setups -= 1;
+        sh.changed.notify_all();
+    });
+    if r.is_err() {
+        shared.inner.lock().setups -= 1;
+        return Err(ENOMEM);
+    }
+    Ok(())
+}
+
+/// The bytes `connections` may use before it says how many lines it left out
+/// (a configfs attribute holds one page).
+const CONNECTIONS_BUDGET: usize = 3900;
+
+/// A writer that refuses to go past a byte budget.
+struct LineBudget<'a, W: core::fmt::Write> {
+    w: &'a mut W,
+    left: usize,
+}
+
+impl<W: core::fmt::Write> core::fmt::Write for LineBudget<'_, W> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        if s.len() > self.left {
+            self.left = 0;
+            return Err(core::fmt::Error);
+        }
+        self.left -= s.len();
+        self.w.write_str(s)
+    }
 }
 
 /// Closes connections and waits for each; the callers run in process context.
-fn close_all<H: crate::rdma::cm::ConnHandler>(conns: &[Arc<Conn<H>>]) {
+fn close_all(conns: &[Arc<dyn EpConn>]) {
     for c in conns {
-        // Only fails inside the connection's own handler, which is not where we are.
-        let _ = c.close_and_wait();
+        c.close_and_wait();
     }
 }
 

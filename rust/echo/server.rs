@@ -8,7 +8,7 @@
 //! that one connection down and counts an error; the server goes on serving.
 
 use super::rping::{Msg, MAX_SIZE, MSG_LEN};
-use super::{ErrName, Run, Shared};
+use super::{ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::cm::{
     Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
 };
@@ -57,45 +57,7 @@ impl ListenHandler for Listen {
         &self,
         req: &ConnectRequest,
     ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
-        let answer = {
-            let mut g = self.shared.inner.lock();
-            if !g.enabled {
-                return Err(RejectReason::Consumer);
-            }
-            let cfg = g.cfg;
-            if let (Some(max), Run::Server { conns, .. }) = (cfg.max_conns, &mut g.run) {
-                conns.retain(|c| c.state() != crate::rdma::cm::ConnState::Closed);
-                if conns.len() >= max as usize {
-                    g.stats.rejected += 1;
-                    super::set_error(
-                        &mut g,
-                        fmt!(
-                            "server: rejected a connect request: max_conns {} reached",
-                            max
-                        ),
-                    );
-                    return Err(RejectReason::Consumer);
-                }
-            }
-            let mine = cfg.ece();
-            let offered = req.remote_ece.vendor_id;
-            match mine {
-                Some(e) if e.vendor_id == offered => Some(e),
-                _ if cfg.ece_strict => {
-                    g.stats.rejected += 1;
-                    super::set_error(
-                        &mut g,
-                        fmt!(
-                            "server: rejected a connect request: ECE vendor id {:#x} offered, {:#x} required",
-                            offered,
-                            mine.map(|e| e.vendor_id).unwrap_or(0)
-                        ),
-                    );
-                    return Err(RejectReason::VendorOptionNotSupported);
-                }
-                _ => None,
-            }
-        };
+        let answer = self.shared.admit(req)?;
         let shared = self.shared.clone();
         Ok((
             try_pin_init!(ServerConn {
@@ -103,6 +65,9 @@ impl ListenHandler for Listen {
                 progress <- new_mutex!(Progress {
                     phase: Phase::WaitSource,
                     read_len: 0,
+                    pings: 0,
+                    bytes: 0,
+                    errors: 0,
                 }),
             }),
             answer,
@@ -110,17 +75,9 @@ impl ListenHandler for Listen {
     }
 
     fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
-        let mut g = self.shared.inner.lock();
-        if let Run::Server { conns, .. } = &mut g.run {
-            // Forget connections that have closed since.
-            conns.retain(|c| c.state() != crate::rdma::cm::ConnState::Closed);
-            if conns.push(conn.clone(), GFP_KERNEL).is_ok() {
-                return;
-            }
-        }
-        drop(g);
-        // Not enabled any more, or no memory to track it: do not keep it.
-        conn.close();
+        self.shared.stats(|s| s.connections += 1);
+        // On failure `keep` has closed the connection: nothing else to do.
+        let _ = self.shared.keep(conn);
     }
 
     fn accept_failed(&self, err: StepError) {
@@ -154,6 +111,9 @@ enum Phase {
 struct Progress {
     phase: Phase,
     read_len: u32,
+    pings: u64,
+    bytes: u64,
+    errors: u64,
 }
 
 /// One accepted connection.
@@ -166,12 +126,17 @@ pub(super) struct ServerConn {
 
 impl ServerConn {
     fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        if !conn.is_open() {
+            // Torn down meanwhile: the failure is the teardown's, not an error.
+            return;
+        }
         {
             let mut p = self.progress.lock();
             if p.phase == Phase::Done {
                 return;
             }
             p.phase = Phase::Done;
+            p.errors += 1;
         }
         let qpn = conn.qp_attrs().map(|a| a.qp_num).unwrap_or(0);
         self.shared.error(fmt!("server: qp {}: {}", qpn, what));
@@ -220,6 +185,19 @@ impl ServerConn {
     }
 }
 
+impl EchoConn for ServerConn {
+    fn setup_failed(&self) {}
+
+    fn counters(&self) -> ConnCounters {
+        let p = self.progress.lock();
+        ConnCounters {
+            messages: p.pings,
+            bytes: p.bytes,
+            errors: p.errors,
+        }
+    }
+}
+
 impl ConnHandler for ServerConn {
     fn setup(&self, conn: &Conn<Self>) -> Result {
         conn.with_res(|res| {
@@ -232,7 +210,6 @@ impl ConnHandler for ServerConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
-        self.shared.stats(|s| s.connections += 1);
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
@@ -256,7 +233,16 @@ impl ConnHandler for ServerConn {
                 .go_ahead(conn, Phase::WaitSink)
                 .map_err(|_| "cannot send the go-ahead"),
             (T_WRITE, Ok(_)) => {
-                self.shared.stats(|s| s.pings += 1);
+                let n = {
+                    let mut p = self.progress.lock();
+                    p.pings += 1;
+                    p.bytes += u64::from(p.read_len);
+                    p.read_len
+                };
+                self.shared.stats(|s| {
+                    s.pings += 1;
+                    s.bytes += u64::from(n);
+                });
                 self.go_ahead(conn, Phase::WaitSource)
                     .map_err(|_| "cannot send the go-ahead")
             }

@@ -90,7 +90,7 @@ struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn
 		res->pd = NULL;
 		goto err_free;
 	}
-	res->cq = ib_alloc_cq(res->dev, res, max_send_wr + max_recv_wr, 0, IB_POLL_WORKQUEUE);
+	res->cq = ib_alloc_cq(res->dev, res, max_send_wr + max_recv_wr + 2, 0, IB_POLL_WORKQUEUE);
 	if (IS_ERR(res->cq)) {
 		ret = PTR_ERR(res->cq);
 		res->cq = NULL;
@@ -101,8 +101,9 @@ struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn
 	init.sq_sig_type = IB_SIGNAL_REQ_WR;
 	init.send_cq = res->cq;
 	init.recv_cq = res->cq;
-	init.cap.max_send_wr = max_send_wr;
-	init.cap.max_recv_wr = max_recv_wr;
+	/* One more in each queue for the drain work requests of ib_drain_qp(). */
+	init.cap.max_send_wr = max_send_wr + 1;
+	init.cap.max_recv_wr = max_recv_wr + 1;
 	init.cap.max_send_sge = 1;
 	init.cap.max_recv_sge = 1;
 	init.cap.max_rdma_ctxs = 0;

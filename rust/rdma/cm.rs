@@ -437,6 +437,23 @@ pub(crate) enum ConnState {
     Closed,
 }
 
+impl ConnState {
+    /// The state's name, as configfs shows it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::AddrResolved => "addr_resolved",
+            Self::RouteResolved => "route_resolved",
+            Self::Established => "established",
+            Self::Failed(..) => "failed",
+            Self::Disconnected => "disconnected",
+            Self::DeviceRemoved => "device_removed",
+            Self::Closing => "closing",
+            Self::Closed => "closed",
+        }
+    }
+}
+
 /// State of a connection protected by [`Conn::inner`].
 struct ConnInner<H: ConnHandler> {
     /// The connection's reference on itself, from creation until [`Conn::close`]:
@@ -700,6 +717,19 @@ impl<H: ConnHandler> Conn<H> {
     /// The connection's state.
     pub(crate) fn state(&self) -> ConnState {
         self.inner.lock().state
+    }
+
+    /// Whether the connection is being set up or established: not ended, closing or
+    /// closed. Work requests failing to post on a connection that is not open are
+    /// a consequence of its teardown, not an error of their own.
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(
+            self.inner.lock().state,
+            ConnState::Connecting
+                | ConnState::AddrResolved
+                | ConnState::RouteResolved
+                | ConnState::Established
+        )
     }
 
     /// The ECE the peer sent (zero when it sent none).

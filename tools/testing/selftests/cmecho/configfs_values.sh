@@ -24,13 +24,16 @@ declare -A BAD=(
 	[initiator_depth]="|abc|0|129|-1|$HUGE"
 	[responder_resources]="|abc|0|129|-1|$HUGE"
 	[max_conns]="|abc|0|1025|-1|$HUGE"
+	[mode]="|echox|RPING|$HUGE"
+	[depth]="|abc|0|257|-1|$HUGE"
+	[duration_ms]="|abc|0|3600001|-1|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
-responder_resources max_conns"
+responder_resources max_conns mode depth duration_ms"
 
 ktap_print_header
-ktap_set_plan 25
+ktap_set_plan 28
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -70,7 +73,8 @@ rt=1
 for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32 \
 	ece_vendor_id=0x1234 ece_attr_mod=0x5 ece_policy=strict initiator_depth=4 \
 	responder_resources=4 max_conns=8 port=7000 count=7 size=100 clients=3 role=server \
-	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset; do
+	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset mode=echo \
+	depth=256 duration_ms=1500 duration_ms=unset mode=rping; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null
@@ -101,10 +105,10 @@ echo 1 >$CFS/ep/enable
 busy=1
 for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
 	rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
-	responder_resources max_conns; do
+	responder_resources max_conns mode depth duration_ms; do
 	before=$(cat $CFS/ep/$a)
 	case $a in
-	role) v=client ;; addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; *) v=2 ;;
+	role) v=client ;; addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;; *) v=2 ;;
 	esac
 	err=$(write $a $v)
 	if ! echo "$err" | grep -q 'busy' || [ "$(cat $CFS/ep/$a)" != "$before" ]; then

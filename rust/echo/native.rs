@@ -1,0 +1,526 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Native echo mode: SEND/RECV echo with up to `depth` messages in flight.
+//!
+//! The client SENDs messages of `size` bytes whose content is a function of their
+//! sequence number ([`fill`]); the server SENDs each message back from the buffer
+//! it arrived in. RC delivers in order, so the client checks every echo against
+//! the oldest sequence number it has in flight ([`verify`]): a wrong length, a
+//! wrong sequence number or changed content is a verify error, counted and
+//! reported in `last_error`, never ignored. Everything runs in completion
+//! handlers: no thread per connection.
+//!
+//! The server's `depth` and `size` are the most it accepts: it keeps `2 × depth`
+//! receives of `size` bytes posted per connection (half may be busy echoing).
+
+use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
+use crate::rdma::cm::{
+    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
+};
+use crate::rdma::params::Ece;
+use crate::rdma::verbs::{QpConfig, WcError};
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::time::{Delta, Instant, Monotonic};
+
+/// The most messages in flight per connection.
+pub(crate) const MAX_DEPTH: u32 = 256;
+
+/// Writes the content of message `seq` into `buf`: its sequence number
+/// (little-endian, as much of it as fits) followed by bytes derived from it.
+pub(crate) fn fill(buf: &mut [u8], seq: u64) {
+    let head = seq.to_le_bytes();
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = if i < head.len() {
+            head[i]
+        } else {
+            pattern(seq, i)
+        };
+    }
+    // A message shorter than the sequence number still depends on all of it.
+    if buf.len() < head.len() {
+        if let Some(last) = buf.last_mut() {
+            *last ^= pattern(seq, 0);
+        }
+    }
+}
+
+/// Whether `buf` is exactly message `seq`.
+pub(crate) fn verify(buf: &[u8], seq: u64) -> bool {
+    let mut expect = [0u8; 64];
+    buf.chunks(expect.len()).enumerate().all(|(c, chunk)| {
+        let start = c * expect.len();
+        if start == 0 {
+            let e = &mut expect[..chunk.len()];
+            fill(e, seq);
+            return chunk == &*e;
+        }
+        chunk
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(seq, start + i))
+    })
+}
+
+fn pattern(seq: u64, i: usize) -> u8 {
+    let x = seq
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add((i as u64).wrapping_mul(0x1000_0000_01b3));
+    ((x >> 56) as u8) ^ (i as u8)
+}
+
+/// The listener side of an echo-mode server.
+pub(super) struct Listen {
+    shared: Arc<Shared>,
+    slots: u32,
+    size: u32,
+}
+
+impl Listen {
+    pub(super) fn new(shared: Arc<Shared>, cfg: &Config) -> Self {
+        Self {
+            shared,
+            slots: 2 * cfg.depth,
+            size: cfg.size,
+        }
+    }
+}
+
+impl ListenHandler for Listen {
+    type Conn = ServerConn;
+
+    fn qp_config(&self) -> QpConfig {
+        QpConfig {
+            ntags: 2 * self.slots,
+            nbufs: self.slots,
+            max_send_wr: self.slots,
+            max_recv_wr: self.slots,
+        }
+    }
+
+    fn connect_request(
+        &self,
+        req: &ConnectRequest,
+    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
+        let answer = self.shared.admit(req)?;
+        Ok((
+            try_pin_init!(ServerConn {
+                shared: self.shared.clone(),
+                slots: self.slots,
+                size: self.size,
+                st <- new_mutex!(ConnCounters::default()),
+            }),
+            answer,
+        ))
+    }
+
+    fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
+        self.shared.stats(|s| s.connections += 1);
+        // On failure `keep` has closed the connection: nothing else to do.
+        let _ = self.shared.keep(conn);
+    }
+
+    fn accept_failed(&self, err: StepError) {
+        self.shared
+            .step_error(fmt!("server: accepting a connection"), &err);
+    }
+
+    fn removed(&self) {
+        self.shared.error(fmt!(
+            "server: the RDMA device was removed; no longer listening"
+        ));
+        self.shared.inner.lock().state = super::State::Error;
+    }
+}
+
+/// One connection of an echo-mode server: receive slot `k` (tag `k`) is echoed
+/// with send tag `slots + k` and reposted when that send completes.
+#[pin_data]
+pub(super) struct ServerConn {
+    shared: Arc<Shared>,
+    slots: u32,
+    size: u32,
+    #[pin]
+    st: Mutex<ConnCounters>,
+}
+
+impl ServerConn {
+    fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        if !conn.is_open() {
+            // Torn down meanwhile: the failure is the teardown's, not an error.
+            return;
+        }
+        self.st.lock().errors += 1;
+        self.shared.error(fmt!("server: echo connection: {}", what));
+        conn.close();
+    }
+}
+
+impl EchoConn for ServerConn {
+    fn setup_failed(&self) {}
+
+    fn counters(&self) -> ConnCounters {
+        *self.st.lock()
+    }
+}
+
+impl ConnHandler for ServerConn {
+    fn setup(&self, conn: &Conn<Self>) -> Result {
+        conn.with_res(|res| {
+            for k in 0..self.slots {
+                res.alloc_buf(k, self.size, false)?;
+                res.post_recv(k, k, 0, self.size)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn established(&self, conn: &Conn<Self>) {
+        self.shared.read_back(conn);
+    }
+
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
+        match status {
+            Err(e) if e.is_flush() => {}
+            Err(e) => {
+                self.shared.stats(|s| s.wc_error(e.0));
+                self.fail(conn, fmt!("work completion failed: {}", e));
+            }
+            Ok(len) if tag < self.slots => {
+                // Echo the message from the buffer it arrived in.
+                if conn
+                    .with_res(|res| res.post_send(self.slots + tag, tag, 0, len))
+                    .is_err()
+                {
+                    self.fail(conn, fmt!("cannot post the echo"));
+                    return;
+                }
+                {
+                    let mut c = self.st.lock();
+                    c.messages += 1;
+                    c.bytes += u64::from(len);
+                }
+                self.shared.stats(|s| s.bytes += u64::from(len));
+            }
+            Ok(_) => {
+                let k = tag - self.slots;
+                if conn
+                    .with_res(|res| res.post_recv(k, k, 0, self.size))
+                    .is_err()
+                {
+                    self.fail(conn, fmt!("cannot repost a receive"));
+                    return;
+                }
+                self.shared.stats(|s| s.pings += 1);
+            }
+        }
+    }
+
+    fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
+        if reason == EndReason::DeviceRemoval {
+            self.shared.error(fmt!(
+                "server: a connection ended: the RDMA device was removed ({})",
+                ErrName(ENODEV)
+            ));
+        }
+        conn.close();
+    }
+}
+
+/// Progress of an echo-mode client connection.
+struct ClientState {
+    /// Sequence number of the next message to send.
+    next: u64,
+    /// Sequence number of the next echo expected.
+    expected: u64,
+    inflight: u32,
+    /// Send slots whose SEND has not completed yet.
+    busy: [u64; (MAX_DEPTH / 64) as usize],
+    sent_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
+    started: Option<Instant<Monotonic>>,
+    done: bool,
+    counters: ConnCounters,
+    verify_errors: u64,
+}
+
+/// One connection of an echo-mode client: send slot `k` is buffer and tag `k`,
+/// receive slot `k` is buffer and tag `depth + k`.
+#[pin_data]
+pub(super) struct ClientConn {
+    shared: Arc<Shared>,
+    index: u32,
+    size: u32,
+    depth: u32,
+    count: u64,
+    duration: Option<Delta>,
+    #[pin]
+    st: Mutex<ClientState>,
+}
+
+/// Starts client connection `index` of an endpoint in echo mode.
+pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32) -> Result {
+    let depth = cfg.depth;
+    let handler = try_pin_init!(ClientConn {
+        shared: shared.clone(),
+        index,
+        size: cfg.size,
+        depth,
+        count: cfg.count,
+        duration: cfg.duration_ms.map(|ms| Delta::from_millis(i64::from(ms))),
+        st <- new_mutex!(ClientState {
+            next: 0,
+            expected: 0,
+            inflight: 0,
+            busy: [0; (MAX_DEPTH / 64) as usize],
+            sent_at: [None; MAX_DEPTH as usize],
+            started: None,
+            done: false,
+            counters: ConnCounters::default(),
+            verify_errors: 0,
+        }),
+    });
+    let qp = QpConfig {
+        ntags: 2 * depth,
+        nbufs: 2 * depth,
+        max_send_wr: depth,
+        max_recv_wr: depth,
+    };
+    super::spawn_connect(shared, cfg, addr, index, handler, qp)
+}
+
+impl ClientState {
+    fn is_busy(&self, k: u32) -> bool {
+        self.busy[(k / 64) as usize] & (1 << (k % 64)) != 0
+    }
+
+    fn set_busy(&mut self, k: u32, on: bool) {
+        let bit = 1u64 << (k % 64);
+        if on {
+            self.busy[(k / 64) as usize] |= bit;
+        } else {
+            self.busy[(k / 64) as usize] &= !bit;
+        }
+    }
+}
+
+impl ClientConn {
+    /// Whether no new message may be sent any more.
+    fn stopped(&self, st: &ClientState) -> bool {
+        match self.duration {
+            Some(d) => st.started.is_some_and(|t| t.elapsed() >= d),
+            None => st.next >= self.count,
+        }
+    }
+
+    /// Sends as many messages as the depth, the free send slots and the count or
+    /// duration allow; finishes the connection when nothing is left in flight.
+    fn pump(&self, conn: &Conn<Self>) {
+        let mut st = self.st.lock();
+        if st.done {
+            return;
+        }
+        while st.inflight < self.depth && !self.stopped(&st) {
+            let k = (st.next % u64::from(self.depth)) as u32;
+            if st.is_busy(k) {
+                break;
+            }
+            let seq = st.next;
+            let posted = conn.with_res(|res| {
+                res.with_buf(k, |b| fill(b, seq))?;
+                res.post_send(k, k, 0, self.size)
+            });
+            if let Err(e) = posted {
+                drop(st);
+                self.fail(conn, fmt!("cannot post a SEND: {}", ErrName(e)));
+                return;
+            }
+            st.set_busy(k, true);
+            st.sent_at[k as usize] = Some(Instant::now());
+            st.next += 1;
+            st.inflight += 1;
+        }
+        if st.inflight == 0 && self.stopped(&st) {
+            st.done = true;
+            let ok = st.verify_errors == 0;
+            let elapsed = st.started.map(|t| t.elapsed());
+            drop(st);
+            if let Some(d) = elapsed {
+                self.shared.stats(|s| s.run_time(d));
+            }
+            self.shared.client_finished(ok);
+            conn.disconnect();
+            conn.close();
+        }
+    }
+
+    fn on_echo(&self, conn: &Conn<Self>, tag: u32, len: u32) {
+        let r = tag - self.depth;
+        let (seq, sent) = {
+            let st = self.st.lock();
+            (
+                st.expected,
+                st.sent_at[(st.expected % u64::from(self.depth)) as usize],
+            )
+        };
+        let good = len == self.size
+            && conn
+                .with_res(|res| res.with_buf(self.depth + r, |b| verify(&b[..len as usize], seq)))
+                .unwrap_or(false);
+        let rtt = sent.map(|t| t.elapsed());
+        {
+            let mut st = self.st.lock();
+            st.expected += 1;
+            st.inflight -= 1;
+            st.counters.messages += 1;
+            st.counters.bytes += u64::from(len);
+            if !good {
+                st.verify_errors += 1;
+                st.counters.errors += 1;
+            }
+        }
+        self.shared.stats(|s| {
+            s.pings += 1;
+            s.bytes += u64::from(len);
+            if let Some(d) = rtt {
+                s.record_rtt(d);
+            }
+            if !good {
+                s.verify_errors += 1;
+                s.errors += 1;
+            }
+        });
+        if !good {
+            self.shared.set_last_error(fmt!(
+                "client {}: verify error: echo of message {} ({} bytes, {} expected) differs",
+                self.index,
+                seq,
+                len,
+                self.size
+            ));
+        }
+        if conn
+            .with_res(|res| res.post_recv(self.depth + r, self.depth + r, 0, self.size))
+            .is_err()
+        {
+            self.fail(conn, fmt!("cannot repost a receive"));
+            return;
+        }
+        self.pump(conn);
+    }
+
+    fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        if !conn.is_open() {
+            // Torn down meanwhile: `ended` or the closer reports it.
+            return;
+        }
+        self.abort(conn, what);
+    }
+
+    /// Finishes the connection as failed, whatever its state.
+    fn abort(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
+        {
+            let mut st = self.st.lock();
+            if st.done {
+                return;
+            }
+            st.done = true;
+            st.counters.errors += 1;
+        }
+        self.shared.error(fmt!("client {}: {}", self.index, what));
+        self.shared.client_finished(false);
+        conn.close();
+    }
+}
+
+impl EchoConn for ClientConn {
+    fn setup_failed(&self) {
+        let first = {
+            let mut st = self.st.lock();
+            !core::mem::replace(&mut st.done, true)
+        };
+        if first {
+            self.shared.client_finished(false);
+        }
+    }
+
+    fn counters(&self) -> ConnCounters {
+        self.st.lock().counters
+    }
+}
+
+impl ConnHandler for ClientConn {
+    fn setup(&self, conn: &Conn<Self>) -> Result {
+        conn.with_res(|res| {
+            for k in 0..self.depth {
+                res.alloc_buf(k, self.size, false)?;
+                res.alloc_buf(self.depth + k, self.size, false)?;
+                res.post_recv(self.depth + k, self.depth + k, 0, self.size)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn established(&self, conn: &Conn<Self>) {
+        self.shared.read_back(conn);
+        self.shared.client_established();
+        {
+            let mut st = self.st.lock();
+            st.started = Some(Instant::now());
+        }
+        self.pump(conn);
+    }
+
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
+        match status {
+            Err(e) if e.is_flush() => {}
+            Err(e) => {
+                self.shared.stats(|s| s.wc_error(e.0));
+                let op = if tag < self.depth { "SEND" } else { "RECV" };
+                self.fail(conn, fmt!("{} failed: {}", op, e));
+            }
+            Ok(_) if tag < self.depth => {
+                self.st.lock().set_busy(tag, false);
+                self.pump(conn);
+            }
+            Ok(len) => self.on_echo(conn, tag, len),
+        }
+    }
+
+    fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
+        let why = match reason {
+            EndReason::Disconnected => "the peer disconnected",
+            EndReason::DeviceRemoval => "the RDMA device was removed",
+        };
+        let n = self.st.lock().counters.messages;
+        self.abort(conn, fmt!("{} after {} messages", why, n));
+        conn.close();
+    }
+}
+
+#[kunit_tests(cmecho_native)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_verify_roundtrip() {
+        for size in [1usize, 7, 8, 9, 64, 65, 200] {
+            let mut b = [0u8; 200];
+            fill(&mut b[..size], 12345);
+            assert!(verify(&b[..size], 12345));
+            assert!(!verify(&b[..size], 12346));
+        }
+    }
+
+    #[test]
+    fn verify_catches_changes() {
+        let mut b = [0u8; 100];
+        fill(&mut b, 7);
+        b[80] ^= 1;
+        assert!(!verify(&b, 7));
+        let mut one = [0u8; 1];
+        fill(&mut one, 3);
+        let mut other = [0u8; 1];
+        fill(&mut other, 4);
+        assert!(one != other);
+    }
+}
