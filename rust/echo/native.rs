@@ -290,20 +290,30 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
 
 impl ClientState {
     fn is_busy(&self, k: u32) -> bool {
-        self.busy[(k / 64) as usize] & (1 << (k % 64)) != 0
+        self.busy
+            .get((k / 64) as usize)
+            .is_some_and(|w| w & (1 << (k % 64)) != 0)
     }
 
     fn set_busy(&mut self, k: u32, on: bool) {
         let bit = 1u64 << (k % 64);
-        if on {
-            self.busy[(k / 64) as usize] |= bit;
-        } else {
-            self.busy[(k / 64) as usize] &= !bit;
+        if let Some(w) = self.busy.get_mut((k / 64) as usize) {
+            if on {
+                *w |= bit;
+            } else {
+                *w &= !bit;
+            }
         }
     }
 }
 
 impl ClientConn {
+    /// The send slot of message `seq`.
+    fn slot(&self, seq: u64) -> u32 {
+        // `depth` is 1..=MAX_DEPTH (configfs checks it); no division by zero.
+        seq.checked_rem(u64::from(self.depth)).unwrap_or(0) as u32
+    }
+
     /// Whether no new message may be sent any more.
     fn stopped(&self, st: &ClientState) -> bool {
         match self.duration {
@@ -320,7 +330,7 @@ impl ClientConn {
             return;
         }
         while st.inflight < self.depth && !self.stopped(&st) {
-            let k = (st.next % u64::from(self.depth)) as u32;
+            let k = self.slot(st.next);
             if st.is_busy(k) {
                 break;
             }
@@ -335,7 +345,9 @@ impl ClientConn {
                 return;
             }
             st.set_busy(k, true);
-            st.sent_at[k as usize] = Some(Instant::now());
+            if let Some(t) = st.sent_at.get_mut(k as usize) {
+                *t = Some(Instant::now());
+            }
             st.next += 1;
             st.inflight += 1;
         }

@@ -41,7 +41,7 @@ use kernel::error::from_err_ptr;
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
-use kernel::time::msecs_to_jiffies;
+use kernel::time::{msecs_to_jiffies, Delta, Instant, Monotonic};
 
 /// The parameters of an RC connection, given once, up front.
 ///
@@ -454,6 +454,32 @@ impl ConnState {
     }
 }
 
+/// How long each step of an active connect took, as [`Conn::connect`] saw it.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code, reason = "read by samples/cmtime, not by cmecho.ko")]
+pub(crate) struct SetupTimes {
+    /// `rdma_create_id` and the parameters applied to it.
+    pub(crate) create_id: Delta,
+    /// `rdma_resolve_addr` until `ADDR_RESOLVED`.
+    pub(crate) resolve_addr: Delta,
+    /// `rdma_resolve_route` until `ROUTE_RESOLVED`.
+    pub(crate) resolve_route: Delta,
+    /// PD, CQ, QP and the handler's setup.
+    pub(crate) create_qp: Delta,
+    /// `rdma_connect` until `ESTABLISHED`.
+    pub(crate) connect: Delta,
+}
+
+impl SetupTimes {
+    const ZERO: Self = Self {
+        create_id: Delta::ZERO,
+        resolve_addr: Delta::ZERO,
+        resolve_route: Delta::ZERO,
+        create_qp: Delta::ZERO,
+        connect: Delta::ZERO,
+    };
+}
+
 /// State of a connection protected by [`Conn::inner`].
 struct ConnInner<H: ConnHandler> {
     /// The connection's reference on itself, from creation until [`Conn::close`]:
@@ -468,6 +494,8 @@ struct ConnInner<H: ConnHandler> {
     ended: bool,
     /// A `close_now` is releasing the resources; others wait for `Closed`.
     closer: bool,
+    /// Step timings of an active connect.
+    times: SetupTimes,
 }
 
 /// One RC connection: a CM id with its QP, CQ, PD and buffers.
@@ -504,6 +532,7 @@ impl<H: ConnHandler> Conn<H> {
                     in_handler: false,
                     ended: false,
                     closer: false,
+                    times: SetupTimes::ZERO,
                 }),
                 changed <- new_condvar!(),
                 params,
@@ -554,6 +583,12 @@ impl<H: ConnHandler> Conn<H> {
         port: u16,
         qp: &QpConfig,
     ) -> Result<(), StepError> {
+        let mut t = Instant::<Monotonic>::now();
+        let mut lap = || {
+            let d = t.elapsed();
+            t = Instant::now();
+            d
+        };
         let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
         let id = match IdPtr::create(net, &sink) {
             Ok(id) => id,
@@ -578,6 +613,7 @@ impl<H: ConnHandler> Conn<H> {
         }
         // The guarantee: everything that must precede route resolution, now.
         self.with_id(|id| id.apply_early(&self.params))?;
+        let create_id = lap();
 
         self.with_id(|id| {
             // SAFETY: The id is live while the lock `with_id` holds is held.
@@ -596,6 +632,7 @@ impl<H: ConnHandler> Conn<H> {
             "rdma_resolve_addr",
             RESOLVE_TIMEOUT_MS,
         )?;
+        let resolve_addr = lap();
 
         self.with_id(|id| {
             // SAFETY: As above.
@@ -608,10 +645,12 @@ impl<H: ConnHandler> Conn<H> {
             "rdma_resolve_route",
             RESOLVE_TIMEOUT_MS,
         )?;
+        let resolve_route = lap();
 
         self.create_res(qp)
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
+        let create_qp = lap();
 
         let p = &self.params;
         let ece = p.ece.unwrap_or_default();
@@ -629,7 +668,36 @@ impl<H: ConnHandler> Conn<H> {
                 )
             })
         })?;
-        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)
+        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)?;
+        self.inner.lock().times = SetupTimes {
+            create_id,
+            resolve_addr,
+            resolve_route,
+            create_qp,
+            connect: lap(),
+        };
+        Ok(())
+    }
+
+    /// How long each step of [`Conn::connect`] took.
+    #[allow(
+        dead_code,
+        reason = "API for ULPs; samples/cmtime uses it, cmecho.ko does not"
+    )]
+    pub(crate) fn setup_times(&self) -> SetupTimes {
+        self.inner.lock().times
+    }
+
+    /// Disconnects and waits up to `ms` for the peer's answer (`DISCONNECTED`).
+    ///
+    /// Process context only, never in one of this connection's handlers.
+    #[allow(
+        dead_code,
+        reason = "API for ULPs; samples/cmtime uses it, cmecho.ko does not"
+    )]
+    pub(crate) fn disconnect_and_wait(&self, ms: u32) -> Result<(), StepError> {
+        self.disconnect();
+        self.wait_for(ConnState::Disconnected, "rdma_disconnect", ms)
     }
 
     /// Runs `f` on the live id, or fails with `ENOTCONN`.
@@ -674,7 +742,7 @@ impl<H: ConnHandler> Conn<H> {
                 }
                 ConnState::DeviceRemoved => return Err(step_err("DEVICE_REMOVAL", ENODEV)),
                 ConnState::Closing | ConnState::Closed | ConnState::Disconnected => {
-                    return Err(step_err(step, ECONNABORTED))
+                    return Err(step_err(step, ECONNABORTED));
                 }
                 _ => {}
             }
