@@ -39,7 +39,32 @@ done
 row "server QP timeout (set 12)" "$(ep_get srv qp_attrs timeout)"
 echo "  (QP timeout 4.096 us * 2^T: 17 = 0.54 s per retry, 14 = 67 ms; PLT = T - 1 on RoCE)"
 
-step "5. stock rping -c -V against the cmecho server: 100 pings of 64 bytes"
+step "5. ECE: the client offers vendor 0x1234 attr 0x5, a strict server answers 0x1234/0x7"
+endpoint $NS_A ece role=server addr=$ADDR_A port=7180 ece_vendor_id=0x1234 ece_attr_mod=0x7 ece_policy=strict enable=1
+endpoint $NS_B ece_ok role=client addr=$ADDR_A port=7180 ece_vendor_id=0x1234 ece_attr_mod=0x5 count=5 enable=1
+endpoint $NS_B ece_bad role=client addr=$ADDR_A port=7180 ece_vendor_id=0x999 count=5 enable=1
+wait_done ece_ok 60
+wait_done ece_bad 60
+printf '  %-10s %-10s %-8s %-28s %s\n' client offers state "remote_ece seen by client" "last_error"
+for ep in ece_ok ece_bad; do
+	printf '  %-10s %-10s %-8s %-28s %s\n' $ep "$(cat $CFS/$ep/ece_vendor_id)" "$(cat $CFS/$ep/state)" \
+		"$(tr '\n' ' ' <$CFS/$ep/remote_ece)" "$(cut -c1-60 $CFS/$ep/last_error)"
+done
+row "server saw (remote_ece)" "$(tr '\n' ' ' <$CFS/ece/remote_ece)"
+row "server rejected" "$(ep_get ece stats rejected)"
+[ "$(cat $CFS/ece_ok/state)" = done ] && [ "$(cat $CFS/ece_bad/state)" = error ] || fail=1
+
+step "6. native echo mode: 2000 messages of 4 KiB, 16 in flight, each verified"
+endpoint $NS_A esrv role=server mode=echo depth=16 size=4096 addr=$ADDR_A port=7181 enable=1
+endpoint $NS_B ecli role=client mode=echo depth=16 size=4096 addr=$ADDR_A port=7181 count=2000 enable=1
+wait_done ecli 120
+printf '  %-8s %-8s %-14s %-10s %-10s %-10s %s\n' state pings verify_errors rtt_p50_us rtt_p99_us rtt_max_us throughput_mbit_s
+printf '  %-8s %-8s %-14s %-10s %-10s %-10s %s\n' "$(cat $CFS/ecli/state)" "$(ep_get ecli stats pings)" \
+	"$(ep_get ecli stats verify_errors)" "$(ep_get ecli stats rtt_p50_us)" "$(ep_get ecli stats rtt_p99_us)" \
+	"$(ep_get ecli stats rtt_max_us)" "$(ep_get ecli stats throughput_mbit_s)"
+[ "$(cat $CFS/ecli/state)" = done ] || fail=1
+
+step "7. stock rping -c -V against the cmecho server: 100 pings of 64 bytes"
 before=$(ep_get srv stats pings)
 if ip netns exec $NS_B timeout 60 rping -c -a $ADDR_A -C 100 -S 64 -V >/dev/null 2>&1; then
 	res=ok
@@ -49,7 +74,7 @@ else
 fi
 row "rping -c -V -C 100 -S 64" "$res; server counted $(($(ep_get srv stats pings) - before)) pings"
 
-step "6. tear down"
+step "8. tear down"
 unload_cmecho && row "rmdir endpoints, rmmod" "ok"
 row "cmecho CM ids left" "$(rdma res show cm_id | grep -c 'comm \[cmecho\]')"
 net_cleanup
