@@ -48,7 +48,7 @@ wait_done ece_bad 60
 printf '  %-10s %-10s %-8s %-28s %s\n' client offers state "remote_ece seen by client" "last_error"
 for ep in ece_ok ece_bad; do
 	printf '  %-10s %-10s %-8s %-28s %s\n' $ep "$(cat $CFS/$ep/ece_vendor_id)" "$(cat $CFS/$ep/state)" \
-		"$(tr '\n' ' ' <$CFS/$ep/remote_ece)" "$(cut -c1-60 $CFS/$ep/last_error)"
+		"$(tr '\n' ' ' <$CFS/$ep/remote_ece)" "$(sed 's/.*rejected by the peer: //' $CFS/$ep/last_error)"
 done
 row "server saw (remote_ece)" "$(tr '\n' ' ' <$CFS/ece/remote_ece)"
 row "server rejected" "$(ep_get ece stats rejected)"

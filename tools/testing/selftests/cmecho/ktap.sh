@@ -14,6 +14,7 @@ ktap_print_header() {
 }
 
 ktap_set_plan() {
+	KTAP_PLAN=$1
 	echo "1..$1"
 }
 
@@ -53,6 +54,10 @@ ktap_test_result() {
 
 ktap_finished() {
 	echo "# Totals: pass:$KTAP_PASS fail:$KTAP_FAIL xfail:0 xpass:0 skip:$KTAP_SKIP error:0"
+	if [ -n "${KTAP_PLAN:-}" ] && [ "$KTAP_N" -ne "$KTAP_PLAN" ]; then
+		echo "# plan was $KTAP_PLAN tests, ran $KTAP_N"
+		exit 1
+	fi
 	if [ "$KTAP_FAIL" -gt 0 ]; then
 		exit 1
 	elif [ "$KTAP_SKIP" -gt 0 ] && [ "$KTAP_PASS" -eq 0 ]; then

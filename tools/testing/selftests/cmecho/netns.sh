@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 10
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -28,7 +28,32 @@ err=$( (echo 1 >$CFS/init/enable) 2>&1)
 ktap_print_msg "init-netns server on $ADDR_A: ${err:-success}; $(cat $CFS/init/last_error)"
 ktap_test_result "an endpoint of the initial netns cannot listen on netns a's address" \
 	test "$(cat $CFS/init/enable)" = 0 -a "$(readlink /proc/self/ns/net)" = "$(cat $CFS/init/netns)"
+rmdir $CFS/init
+
+# Deleting namespace a while its server has a live connection: the endpoint (and
+# each CM id in it) holds the namespace, so the server keeps serving; rmdir then
+# releases the last reference, the namespace is destroyed, and with it the veth
+# pair: vb vanishing from namespace b proves no reference leaked.
+endpoint $NS_B live role=client addr=$ADDR_A count=10000000 enable=1
+wait_for 100 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 1 ]"
+ip netns del $NS_A
+sleep 1
+p1=$(ep_get live stats pings)
+sleep 1
+p2=$(ep_get live stats pings)
+ktap_print_msg "after ip netns del: srv $(cat $CFS/srv/state), client pings $p1 -> $p2"
+ktap_test_result "after ip netns del, the server in it keeps serving" \
+	test "$(cat $CFS/srv/state)" = listening -a "$p2" -gt "$p1"
+ktap_test_result "the namespace is kept alive: vb still exists in b" ip -n $NS_B link show vb
+timeout 60 rmdir $CFS/srv
+ktap_test_result "rmdir of the server in the deleted namespace returns" test $? -eq 0
+wait_for 200 sh -c "! ip -n $NS_B link show vb"
+ktap_test_result "then the namespace is destroyed (vb gone from b): no reference leaked" \
+	sh -c "! ip -n $NS_B link show vb"
+wait_done live 60
+ep_diag live
 unload_cmecho
+ktap_test_result "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 net_cleanup
 ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
