@@ -75,6 +75,10 @@ net_cleanup() {
 	rdma link del $RXE_B 2>/dev/null
 	ip netns del $NS_A 2>/dev/null
 	ip netns del $NS_B 2>/dev/null
+	# Device unregistration and namespace destruction finish asynchronously:
+	# let them, so that the next setup does not race with them.
+	wait_for 300 sh -c "! rdma link show 2>/dev/null | grep -qE ' ($RXE_A|$RXE_B)/'" ||
+		ktap_print_msg "net_cleanup: rxe links still present: $(rdma link show | tr '\n' ' ')"
 	return 0
 }
 
