@@ -360,6 +360,10 @@ impl<H: EchoConn> EpConn for Conn<H> {
         let c = self.handler().counters();
         let st = Conn::state(self);
         write!(w, "conn{} state {}", n, st.name())?;
+        let mut buf = [0u8; 64];
+        if let Some(peer) = self.peer(&mut buf) {
+            write!(w, " peer {}", peer)?;
+        }
         if let Ok(q) = self.qp_attrs() {
             write!(
                 w,
@@ -841,6 +845,34 @@ impl Shared {
         drop(g);
         conn.close();
         Err(ECONNABORTED)
+    }
+
+    /// A server accepted a connection: counts and keeps it (on failure `keep` has
+    /// closed it).
+    fn accepted<H: EchoConn>(&self, conn: Arc<Conn<H>>) {
+        self.stats(|s| s.connections += 1);
+        let _ = self.keep(conn);
+    }
+
+    /// A server failed to accept a connection.
+    fn accept_failed(&self, err: &StepError) {
+        self.step_error(fmt!("server: accepting a connection"), err);
+    }
+
+    /// A server's listener lost its device.
+    fn listener_removed(&self) {
+        self.error(fmt!(
+            "server: the RDMA device was removed; no longer listening"
+        ));
+        self.inner.lock().state = State::Error;
+    }
+
+    /// A server's connection lost its device.
+    fn conn_lost_device(&self) {
+        self.error(fmt!(
+            "server: a connection ended: the RDMA device was removed ({})",
+            ErrName(ENODEV)
+        ));
     }
 
     /// Decides on a connect request for a server: `max_conns` and the ECE policy.

@@ -8,7 +8,7 @@
 //! that one connection down and counts an error; the server goes on serving.
 
 use super::rping::{Msg, MAX_SIZE, MSG_LEN};
-use super::{ConnCounters, EchoConn, ErrName, Shared};
+use super::{ConnCounters, EchoConn, Shared};
 use crate::rdma::cm::{
     Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
 };
@@ -75,21 +75,15 @@ impl ListenHandler for Listen {
     }
 
     fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
-        self.shared.stats(|s| s.connections += 1);
-        // On failure `keep` has closed the connection: nothing else to do.
-        let _ = self.shared.keep(conn);
+        self.shared.accepted(conn);
     }
 
     fn accept_failed(&self, err: StepError) {
-        self.shared
-            .step_error(fmt!("server: accepting a connection"), &err);
+        self.shared.accept_failed(&err);
     }
 
     fn removed(&self) {
-        self.shared.error(fmt!(
-            "server: the RDMA device was removed; no longer listening"
-        ));
-        self.shared.inner.lock().state = super::State::Error;
+        self.shared.listener_removed();
     }
 }
 
@@ -256,10 +250,7 @@ impl ConnHandler for ServerConn {
     fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
         self.progress.lock().phase = Phase::Done;
         if reason == EndReason::DeviceRemoval {
-            self.shared.error(fmt!(
-                "server: a connection ended: the RDMA device was removed ({})",
-                ErrName(ENODEV)
-            ));
+            self.shared.conn_lost_device();
         }
         conn.close();
     }

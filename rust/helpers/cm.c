@@ -248,6 +248,12 @@ u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event)
 	       event->param.conn.responder_resources : 0;
 }
 
+/* The peer's address and port, as text ("10.77.0.2:41234", "[fe80::1]:7174"). */
+int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len)
+{
+	return snprintf(buf, len, "%pISpc", &id->route.addr.dst_addr);
+}
+
 int cmecho_cm_route_plt(struct rdma_cm_id *id)
 {
 	if (!id->route.path_rec || !id->route.num_pri_alt_paths)

@@ -75,6 +75,7 @@ u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event);
 u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event);
 u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event);
 const char *cmecho_reject_msg(struct rdma_cm_id *id, int status);
+int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len);
 int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);
 int cmecho_cm_query_qp(struct rdma_cm_id *id, u32 *qp_num, u8 *state, u8 *timeout,

@@ -494,6 +494,8 @@ struct ConnInner<H: ConnHandler> {
     ended: bool,
     /// A `close_now` is releasing the resources; others wait for `Closed`.
     closer: bool,
+    /// [`Conn::connect`] is running: it alone may destroy the id meanwhile.
+    connecting: bool,
     /// Step timings of an active connect.
     times: SetupTimes,
 }
@@ -532,6 +534,7 @@ impl<H: ConnHandler> Conn<H> {
                     in_handler: false,
                     ended: false,
                     closer: false,
+                    connecting: false,
                     times: SetupTimes::ZERO,
                 }),
                 changed <- new_condvar!(),
@@ -569,11 +572,49 @@ impl<H: ConnHandler> Conn<H> {
         port: u16,
         qp: QpConfig,
     ) -> Result<(), StepError> {
-        let r = self.connect_steps(net, addr, port, &qp);
-        if r.is_err() {
-            self.close_now();
+        {
+            let mut g = self.inner.lock();
+            if g.state != ConnState::Connecting || g.connecting {
+                return Err(step_err("rdma_connect", ECONNABORTED));
+            }
+            g.connecting = true;
         }
-        r
+        let r = self.connect_steps(net, addr, port, &qp);
+        let aborted = {
+            let mut g = self.inner.lock();
+            g.connecting = false;
+            matches!(g.state, ConnState::Closing | ConnState::DeviceRemoved)
+        };
+        match r {
+            Err(e) => {
+                self.close_now();
+                Err(e)
+            }
+            Ok(()) if aborted => {
+                // A close (or a device removal) came while connecting: finish it.
+                self.close_now();
+                Err(step_err("rdma_connect", ECONNABORTED))
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// Calls the CM on the id during [`Conn::connect`], without holding the
+    /// connection's lock: the CM may run this id's event handler meanwhile (which
+    /// takes that lock), and `rdma_connect` takes the handler mutex itself.
+    fn connect_call(
+        &self,
+        step: &'static str,
+        f: impl FnOnce(*mut ffi::RdmaCmId) -> c_int,
+    ) -> Result<(), StepError> {
+        let id = match &self.inner.lock().id {
+            Some(id) => id.as_ptr(),
+            None => return Err(step_err(step, ECONNABORTED)),
+        };
+        // The id stays live after the lock is released: while `connecting` is set,
+        // `close_now` and `DEVICE_REMOVAL` leave its destruction to `connect`, the
+        // caller.
+        to_step(step, f(id))
     }
 
     fn connect_steps(
@@ -615,17 +656,17 @@ impl<H: ConnHandler> Conn<H> {
         self.with_id(|id| id.apply_early(&self.params))?;
         let create_id = lap();
 
-        self.with_id(|id| {
-            // SAFETY: The id is live while the lock `with_id` holds is held.
-            to_step("rdma_resolve_addr", unsafe {
+        self.connect_call("rdma_resolve_addr", |id| {
+            // SAFETY: `connect_call` passes a live id (see there).
+            unsafe {
                 ffi::cmecho_cm_resolve_addr(
-                    id.as_ptr(),
+                    id,
                     net.as_ptr(),
                     addr.as_char_ptr(),
                     port,
                     RESOLVE_TIMEOUT_MS as c_int,
                 )
-            })
+            }
         })?;
         self.wait_for(
             ConnState::AddrResolved,
@@ -634,11 +675,9 @@ impl<H: ConnHandler> Conn<H> {
         )?;
         let resolve_addr = lap();
 
-        self.with_id(|id| {
+        self.connect_call("rdma_resolve_route", |id| {
             // SAFETY: As above.
-            to_step("rdma_resolve_route", unsafe {
-                ffi::cmecho_cm_resolve_route(id.as_ptr(), RESOLVE_TIMEOUT_MS as c_int)
-            })
+            unsafe { ffi::cmecho_cm_resolve_route(id, RESOLVE_TIMEOUT_MS as c_int) }
         })?;
         self.wait_for(
             ConnState::RouteResolved,
@@ -654,11 +693,11 @@ impl<H: ConnHandler> Conn<H> {
 
         let p = &self.params;
         let ece = p.ece.unwrap_or_default();
-        self.with_id(|id| {
+        self.connect_call("rdma_connect", |id| {
             // SAFETY: As above. The ack timeout was applied before route resolution.
-            to_step("rdma_connect", unsafe {
+            unsafe {
                 ffi::cmecho_cm_connect(
-                    id.as_ptr(),
+                    id,
                     p.responder_resources,
                     p.initiator_depth,
                     p.retry_count.get(),
@@ -666,7 +705,7 @@ impl<H: ConnHandler> Conn<H> {
                     ece.vendor_id,
                     ece.attr_mod,
                 )
-            })
+            }
         })?;
         self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)?;
         self.inner.lock().times = SetupTimes {
@@ -812,6 +851,20 @@ impl<H: ConnHandler> Conn<H> {
         verbs::query_qp(id.as_ptr())
     }
 
+    /// Writes the peer's address and port as text into `buf`; `None` once the id
+    /// is gone.
+    pub(crate) fn peer<'a>(&self, buf: &'a mut [u8; 64]) -> Option<&'a str> {
+        let g = self.inner.lock();
+        let id = g.id.as_ref()?;
+        // SAFETY: The id is live while the lock is held and `g.id` is `Some`; the
+        // helper writes at most `buf.len()` bytes, NUL included.
+        let n = unsafe {
+            ffi::cmecho_cm_peer_addr(id.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as c_int)
+        };
+        let n = usize::try_from(n).ok()?.min(buf.len() - 1);
+        core::str::from_utf8(&buf[..n]).ok()
+    }
+
     /// The route's PacketLifeTime exponent, where the route has a path record.
     pub(crate) fn route_plt(&self) -> Option<u8> {
         let g = self.inner.lock();
@@ -888,6 +941,15 @@ impl<H: ConnHandler> Conn<H> {
         let (id, res, sink, me) = {
             let mut g = self.inner.lock();
             if g.state == ConnState::Closed || g.closer {
+                return;
+            }
+            if g.connecting {
+                // `connect` owns the id until it returns; it finishes the close.
+                if g.state != ConnState::DeviceRemoved {
+                    g.state = ConnState::Closing;
+                }
+                drop(g);
+                self.changed.notify_all();
                 return;
             }
             g.closer = true;
@@ -1012,7 +1074,13 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                 Verdict::Keep
             }
             EventKind::DeviceRemoval => {
-                if self.inner.lock().id.is_some() {
+                let connecting = self.inner.lock().connecting;
+                if connecting {
+                    // `connect` is using the id: it sees the state, fails, and
+                    // destroys the QP and the id itself, which the CM waits for.
+                    self.set_state(ConnState::DeviceRemoved);
+                    Verdict::Keep
+                } else if self.inner.lock().id.is_some() {
                     self.device_removed();
                     Verdict::DestroyId
                 } else {

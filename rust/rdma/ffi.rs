@@ -113,6 +113,7 @@ extern "C" {
     pub(crate) fn cmecho_ev_initiator_depth(ev: *const RdmaCmEvent) -> u8;
     pub(crate) fn cmecho_ev_responder_resources(ev: *const RdmaCmEvent) -> u8;
     pub(crate) fn cmecho_reject_msg(id: *mut RdmaCmId, status: c_int) -> *const c_char;
+    pub(crate) fn cmecho_cm_peer_addr(id: *mut RdmaCmId, buf: *mut c_char, len: c_int) -> c_int;
     pub(crate) fn cmecho_cm_route_plt(id: *mut RdmaCmId) -> c_int;
     pub(crate) fn cmecho_cm_route_tclass(id: *mut RdmaCmId) -> c_int;
     pub(crate) fn cmecho_cm_query_qp(

@@ -9,6 +9,11 @@ out=${1:-/dev/null}
 read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
 timeout_s=$(sed -n 's/^timeout=//p' settings)
 
+# Stream the kernel log next to the results, so a crash leaves its trace.
+if [ "$out" != /dev/null ] && [ -w "$(dirname "$out")" ]; then
+	dmesg -w >"$(dirname "$out")/dmesg.log" 2>&1 </dev/null &
+fi
+
 {
 	echo "TAP version 13"
 	echo "1..${#progs[@]}"

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 6
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -15,6 +15,8 @@ endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=100
 wait_for 600 sh -c "[ \"\$(sed -n 's/^connections //p' $CFS/many/stats)\" = 64 ]"
 ktap_print_msg "server connections listing: $(wc -l <$CFS/srv/connections) lines; first: $(head -1 $CFS/srv/connections)"
 ktap_test_result "64 client connections established" test "$(ep_get many stats connections)" = 64
+ktap_test_result "the server lists its connections with peer address and QP number" \
+	grep -q "peer $ADDR_B:[0-9]* qp_num [0-9]" $CFS/srv/connections
 wait_done many 300
 ep_diag many
 ktap_test_result "64 x 100 messages, all verified" \
