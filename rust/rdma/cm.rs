@@ -490,7 +490,9 @@ struct ConnInner<H: ConnHandler> {
     sink: Option<SinkPtr>,
     state: ConnState,
     remote_ece: Ece,
-    in_handler: bool,
+    /// The task running this connection's CM event handler, if one runs (as an
+    /// address, compared only with `current`).
+    handler_task: usize,
     ended: bool,
     /// A `close_now` is releasing the resources; others wait for `Closed`.
     closer: bool,
@@ -531,7 +533,7 @@ impl<H: ConnHandler> Conn<H> {
                     sink: None,
                     state: ConnState::Connecting,
                     remote_ece: Ece::default(),
-                    in_handler: false,
+                    handler_task: 0,
                     ended: false,
                     closer: false,
                     connecting: false,
@@ -922,7 +924,9 @@ impl<H: ConnHandler> Conn<H> {
     ///
     /// Process context only; `EDEADLK` from within one of this connection's handlers.
     pub(crate) fn close_and_wait(&self) -> Result {
-        if self.inner.lock().in_handler {
+        // Only this connection's own handler, on this very task, must not wait:
+        // other threads wait, `rdma_destroy_id` letting a running handler finish.
+        if self.inner.lock().handler_task == current_task() {
             return Err(EDEADLK);
         }
         self.close_now();
@@ -1032,7 +1036,7 @@ impl<H: ConnHandler> Conn<H> {
 
 impl<H: ConnHandler> CmEvents for Conn<H> {
     fn cm_event(&self, _id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
-        self.inner.lock().in_handler = true;
+        self.inner.lock().handler_task = current_task();
         let verdict = match ev.kind {
             EventKind::AddrResolved => {
                 self.set_state(ConnState::AddrResolved);
@@ -1090,9 +1094,14 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
             }
             _ => Verdict::Keep,
         };
-        self.inner.lock().in_handler = false;
+        self.inner.lock().handler_task = 0;
         verdict
     }
+}
+
+/// The calling task, as an address for comparisons only.
+fn current_task() -> usize {
+    kernel::task::Task::current_raw() as usize
 }
 
 /// The completion callback of a connection's CQ.
