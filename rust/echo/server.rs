@@ -65,9 +65,7 @@ impl ListenHandler for Listen {
                 progress <- new_mutex!(Progress {
                     phase: Phase::WaitSource,
                     read_len: 0,
-                    pings: 0,
-                    bytes: 0,
-                    errors: 0,
+                    counters: ConnCounters::default(),
                 }),
             }),
             answer,
@@ -105,9 +103,7 @@ enum Phase {
 struct Progress {
     phase: Phase,
     read_len: u32,
-    pings: u64,
-    bytes: u64,
-    errors: u64,
+    counters: ConnCounters,
 }
 
 /// One accepted connection.
@@ -130,7 +126,7 @@ impl ServerConn {
                 return;
             }
             p.phase = Phase::Done;
-            p.errors += 1;
+            p.counters.errors += 1;
         }
         let qpn = conn.qp_attrs().map(|a| a.qp_num).unwrap_or(0);
         self.shared.error(fmt!("server: qp {}: {}", qpn, what));
@@ -183,12 +179,7 @@ impl EchoConn for ServerConn {
     fn setup_failed(&self) {}
 
     fn counters(&self) -> ConnCounters {
-        let p = self.progress.lock();
-        ConnCounters {
-            messages: p.pings,
-            bytes: p.bytes,
-            errors: p.errors,
-        }
+        self.progress.lock().counters
     }
 }
 
@@ -229,8 +220,8 @@ impl ConnHandler for ServerConn {
             (T_WRITE, Ok(_)) => {
                 let n = {
                     let mut p = self.progress.lock();
-                    p.pings += 1;
-                    p.bytes += u64::from(p.read_len);
+                    p.counters.messages += 1;
+                    p.counters.bytes += u64::from(p.read_len);
                     p.read_len
                 };
                 self.shared.stats(|s| {
