@@ -34,10 +34,14 @@ kernel_key() {
 	{
 		echo "$KERNEL_DEB_VERSION"
 		rustc --version
-		gcc --version | head -1
+		"clang$KERNEL_LLVM" --version 2>/dev/null | head -1
 		echo "bindgen $BINDGEN_VERSION libclang $LIBCLANG_VERSION vng $VIRTME_NG_VERSION"
 		cat "$CMECHO_TOP/tools/testing/selftests/cmecho/config"
 		cat "$CMECHO_TOP/scripts/kernel-trims.config"
+		cat "$CMECHO_TOP/scripts/kernel-debug.config"
 	} | sha256sum | cut -c1-12
 }
+# The make arguments every kernel and module build uses: the clang toolchain.
+KMAKE_ARGS=("LLVM=$KERNEL_LLVM")
+
 kernel_dir() { echo "$CMECHO_CACHE/kernel-$(kernel_key)"; }
