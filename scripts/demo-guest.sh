@@ -15,8 +15,9 @@ load_cmecho || exit 1
 row "kernel log" "$(dmesg | grep 'cmecho: version' | tail -1 | sed 's/^\[[^]]*\] //')"
 row "/sys/kernel/config/cmecho" "version $(cat $CFS/version)"
 
-step "2. two hosts: netns $NS_A ($ADDR_A) and $NS_B ($ADDR_B) over veth, rxe on each end"
+step "2. two hosts: two netns ($ADDR_A, $ADDR_B) over veth, rxe on each end"
 net_setup || { echo "network setup failed"; exit 1; }
+row "namespaces" "$NS_A $NS_B"
 rdma link show | sed 's/^/  /'
 
 step "3. a cmecho server in $NS_A, made with mkdir/echo in configfs"

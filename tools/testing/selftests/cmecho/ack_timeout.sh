@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # The ack timeout reaches the hardware on both sides: read back from the QPs
 # (ib_query_qp) and the client's route, with it set (client 14, server 12) and
@@ -22,18 +22,18 @@ run() {
 }
 
 run 12 14
-ktap_test_result "ack_timeout 14: client QP timeout 14" test "$(ep_get cli qp_attrs timeout)" = 14
-ktap_test_result "ack_timeout 14: client route PacketLifeTime 13" test "$(ep_get cli qp_attrs packet_life_time)" = 13
-ktap_test_result "ack_timeout 12: server QP timeout 12 (set on the new id before accept)" \
+ktap_check "ack_timeout 14: client QP timeout 14" test "$(ep_get cli qp_attrs timeout)" = 14
+ktap_check "ack_timeout 14: client route PacketLifeTime 13" test "$(ep_get cli qp_attrs packet_life_time)" = 13
+ktap_check "ack_timeout 12: server QP timeout 12 (set on the new id before accept)" \
 	test "$(ep_get srv qp_attrs timeout)" = 12
-ktap_test_result "pings completed with the timeouts set" test "$(cat $CFS/cli/state)" = done
+ktap_check "pings completed with the timeouts set" test "$(cat $CFS/cli/state)" = done
 
 run unset unset
-ktap_test_result "unset: client QP timeout 17 (RoCE default)" test "$(ep_get cli qp_attrs timeout)" = 17
-ktap_test_result "unset: client route PacketLifeTime 16 (RoCE default)" test "$(ep_get cli qp_attrs packet_life_time)" = 16
-ktap_test_result "unset: server QP timeout 17 (RoCE default)" test "$(ep_get srv qp_attrs timeout)" = 17
+ktap_check "unset: client QP timeout 17 (RoCE default)" test "$(ep_get cli qp_attrs timeout)" = 17
+ktap_check "unset: client route PacketLifeTime 16 (RoCE default)" test "$(ep_get cli qp_attrs packet_life_time)" = 16
+ktap_check "unset: server QP timeout 17 (RoCE default)" test "$(ep_get srv qp_attrs timeout)" = 17
 
 unload_cmecho
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # The cmtime sample, built from the same rdma layer sources as cmecho.ko, times
 # every CM step over 50 connections to a cmecho server.
@@ -14,9 +14,9 @@ net_setup || ktap_print_msg "network setup failed"
 endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 
 ip netns exec $NS_B timeout 300 insmod "$CMTIME_KO" addr=$ADDR_A port=7174 conns=50
-ktap_test_result "insmod cmecho_cmtime conns=50 in netns b" test $? -eq 0
+ktap_check "insmod cmecho_cmtime conns=50 in netns b" test $? -eq 0
 dmesg_since | grep 'cmecho_cmtime:' | sed 's/^\[[^]]*\] /# /'
-ktap_test_result "50 of 50 connections ok" sh -c "dmesg | grep -q 'cmecho_cmtime: 50 of 50 connections to $ADDR_A:7174 ok'"
+ktap_check "50 of 50 connections ok" sh -c "dmesg | grep -q 'cmecho_cmtime: 50 of 50 connections to $ADDR_A:7174 ok'"
 ok=1
 for s in $STEPS; do
 	line=$(dmesg_since | grep "cmecho_cmtime: step $s min ")
@@ -26,10 +26,10 @@ for s in $STEPS; do
 		ok=0
 	fi
 done
-ktap_test_result "every step reported with min <= avg <= max" test $ok = 1
+ktap_check "every step reported with min <= avg <= max" test $ok = 1
 rmmod cmecho_cmtime
-ktap_test_result "the server accepted 50 connections" test "$(ep_get srv stats connections)" = 50
+ktap_check "the server accepted 50 connections" test "$(ep_get srv stats connections)" = 50
 unload_cmecho
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

@@ -63,10 +63,10 @@ for a in $ATTRS; do
 		fi
 	done
 	ktap_print_msg "$a: last_error after bad values: $(cat $CFS/ep/last_error)"
-	ktap_test_result "$a: ${#vals[@]} bad values rejected with EINVAL, value unchanged" test $ok = 1
+	ktap_check "$a: ${#vals[@]} bad values rejected with EINVAL, value unchanged" test $ok = 1
 done
 
-ktap_test_result "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
+ktap_check "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
 
 # Good values read back exactly as written; "unset" goes back to unset.
 rt=1
@@ -81,12 +81,12 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	got=$(cat $CFS/ep/$a)
 	[ "$got" = "$v" ] || { ktap_print_msg "$a: wrote '$v', read '$got'"; rt=0; }
 done
-ktap_test_result "good values read back exactly as written (unset where unset)" test $rt = 1
+ktap_check "good values read back exactly as written (unset where unset)" test $rt = 1
 rmdir $CFS/ep
 mkdir $CFS/ep
 
 err=$(write enable 1)
-ktap_test_result "enable with addr unset: EINVAL, last_error says so" \
+ktap_check "enable with addr unset: EINVAL, last_error says so" \
 	sh -c "echo '$err' | grep -q 'Invalid argument' && grep -q 'addr is not set' $CFS/ep/last_error"
 
 net_setup || ktap_print_msg "network setup failed"
@@ -94,7 +94,7 @@ echo server >$CFS/ep/role
 echo 10.77.0.99 >$CFS/ep/addr
 err=$(write enable 1)
 ktap_print_msg "enable on an address no device has: ${err:-success}; last_error: $(cat $CFS/ep/last_error)"
-ktap_test_result "enable on an address no device has: fails with a reason, stays disabled" \
+ktap_check "enable on an address no device has: fails with a reason, stays disabled" \
 	test -n "$err" -a "$(cat $CFS/ep/enable)" = 0
 
 rmdir $CFS/ep
@@ -116,10 +116,10 @@ for a in role addr port ack_timeout count size clients min_rnr_timer retry_count
 		busy=0
 	fi
 done
-ktap_test_result "writes while enabled fail with EBUSY and change nothing" test $busy = 1
-ktap_test_result "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
+ktap_check "writes while enabled fail with EBUSY and change nothing" test $busy = 1
+ktap_check "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
 
 unload_cmecho
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Every connection knob reaches the QP or the route, as read back on both sides;
 # ECE is negotiated end to end (accept, and strict reject); max_conns rejects
@@ -23,17 +23,17 @@ endpoint $NS_B cli role=client addr=$ADDR_A ack_timeout=14 min_rnr_timer=12 retr
 wait_done cli 60
 ktap_print_msg "client read-back: $(tr '\n' ' ' <$CFS/cli/qp_attrs)"
 ktap_print_msg "server read-back: $(tr '\n' ' ' <$CFS/srv/qp_attrs)"
-ktap_test_result "knobs: client pings done" test "$(cat $CFS/cli/state)" = done
-ktap_test_result "client QP: timeout 14, retry_cnt 5 (its own retry_count)" \
+ktap_check "knobs: client pings done" test "$(cat $CFS/cli/state)" = done
+ktap_check "client QP: timeout 14, retry_cnt 5 (its own retry_count)" \
 	test "$(ep_get cli qp_attrs timeout)" = 14 -a "$(ep_get cli qp_attrs retry_cnt)" = 5
-ktap_test_result "client QP: rnr_retry 4 (the server's rnr_retry_count, sent in the REP)" \
+ktap_check "client QP: rnr_retry 4 (the server's rnr_retry_count, sent in the REP)" \
 	test "$(ep_get cli qp_attrs rnr_retry)" = 4
-ktap_test_result "client QP: min_rnr_timer 12" test "$(ep_get cli qp_attrs min_rnr_timer)" = 12
-ktap_test_result "client route: PacketLifeTime 13, traffic class 32 (tos)" \
+ktap_check "client QP: min_rnr_timer 12" test "$(ep_get cli qp_attrs min_rnr_timer)" = 12
+ktap_check "client route: PacketLifeTime 13, traffic class 32 (tos)" \
 	test "$(ep_get cli qp_attrs packet_life_time)" = 13 -a "$(ep_get cli qp_attrs traffic_class)" = 32
-ktap_test_result "server QP: timeout 15, min_rnr_timer 20" \
+ktap_check "server QP: timeout 15, min_rnr_timer 20" \
 	test "$(ep_get srv qp_attrs timeout)" = 15 -a "$(ep_get srv qp_attrs min_rnr_timer)" = 20
-ktap_test_result "server QP: retry_cnt 5, rnr_retry 3 (the client's, sent in the REQ)" \
+ktap_check "server QP: retry_cnt 5, rnr_retry 3 (the client's, sent in the REQ)" \
 	test "$(ep_get srv qp_attrs retry_cnt)" = 5 -a "$(ep_get srv qp_attrs rnr_retry)" = 3
 
 # ECE accepted: matching vendor ids; each side sees the other's.
@@ -42,20 +42,20 @@ endpoint $NS_A srv role=server addr=$ADDR_A ece_vendor_id=0x1234 ece_attr_mod=0x
 endpoint $NS_B cli role=client addr=$ADDR_A ece_vendor_id=0x1234 ece_attr_mod=0x5 count=5 enable=1
 wait_done cli 60
 ktap_print_msg "client remote_ece: $(tr '\n' ' ' <$CFS/cli/remote_ece); server remote_ece: $(tr '\n' ' ' <$CFS/srv/remote_ece)"
-ktap_test_result "ECE accept: pings done" test "$(cat $CFS/cli/state)" = done
-ktap_test_result "ECE accept: the server saw the client's offer (0x1234/0x5)" \
+ktap_check "ECE accept: pings done" test "$(cat $CFS/cli/state)" = done
+ktap_check "ECE accept: the server saw the client's offer (0x1234/0x5)" \
 	test "$(ep_get srv remote_ece vendor_id)" = 0x1234 -a "$(ep_get srv remote_ece attr_mod)" = 0x5
-ktap_test_result "ECE accept: the client saw the server's answer (0x1234/0x7)" \
+ktap_check "ECE accept: the client saw the server's answer (0x1234/0x7)" \
 	test "$(ep_get cli remote_ece vendor_id)" = 0x1234 -a "$(ep_get cli remote_ece attr_mod)" = 0x7
 
 # ECE strict reject: another vendor id.
 endpoint $NS_B bad role=client addr=$ADDR_A ece_vendor_id=0x999 count=5 enable=1
 wait_done bad 60
 ep_diag bad
-ktap_test_result "ECE strict: the client is rejected, state error" test "$(cat $CFS/bad/state)" = error
-ktap_test_result "ECE strict: the client's last_error says why" \
+ktap_check "ECE strict: the client is rejected, state error" test "$(cat $CFS/bad/state)" = error
+ktap_check "ECE strict: the client's last_error says why" \
 	grep -qi 'rejected by the peer: vendor option' $CFS/bad/last_error
-ktap_test_result "ECE strict: the server counted the rejection" test "$(ep_get srv stats rejected)" = 1
+ktap_check "ECE strict: the server counted the rejection" test "$(ep_get srv stats rejected)" = 1
 
 # max_conns: two long-running clients fill it, a third is rejected.
 reset
@@ -66,11 +66,11 @@ wait_for 100 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 2 ]"
 endpoint $NS_B c3 role=client addr=$ADDR_A count=5 enable=1
 wait_done c3 60
 ep_diag c3
-ktap_test_result "max_conns 2: a third client is rejected" \
+ktap_check "max_conns 2: a third client is rejected" \
 	test "$(cat $CFS/c3/state)" = error -a "$(ep_get srv stats rejected)" = 1
-ktap_test_result "max_conns 2: the server's last_error gives the reason" grep -q 'max_conns 2 reached' $CFS/srv/last_error
+ktap_check "max_conns 2: the server's last_error gives the reason" grep -q 'max_conns 2 reached' $CFS/srv/last_error
 
 unload_cmecho
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

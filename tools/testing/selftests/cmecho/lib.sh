@@ -1,20 +1,44 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Shared setup for cmecho's selftests: the module, two network namespaces joined by
 # a veth pair with an rxe link on each end, and kernel-log checks. Source it.
+#
+# KTAP output comes from the kernel's own kselftest/ktap_helpers.sh and namespaces
+# from net/lib.sh (setup_ns: unique names), found as in the kernel tree: this
+# directory sits beside kselftest/ and net/ (scripts/ksft-links makes those two
+# links to the cached kernel source when cmecho is built out of tree).
 
 # Sourced from a test in this directory, or with SELFTEST_DIR set.
 SELFTEST_DIR=${SELFTEST_DIR:-$(cd "$(dirname "$0")" && pwd)}
-. "$SELFTEST_DIR/ktap.sh"
+. "$SELFTEST_DIR/../kselftest/ktap_helpers.sh"
+. "$SELFTEST_DIR/../net/lib.sh"
 CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
+CMTIME_KO=${CMTIME_KO:-$(dirname "$CMECHO_KO")/cmecho_cmtime.ko}
 CFS=/sys/kernel/config/cmecho
 
-NS_A=cmecho_a
-NS_B=cmecho_b
+# Namespace names are made unique by setup_ns (net_setup); rxe link names are
+# global, so they carry this program's pid.
+NS_A=
+NS_B=
 ADDR_A=10.77.0.1
 ADDR_B=10.77.0.2
-RXE_A=rxe_a
-RXE_B=rxe_b
+RXE_A=rxe_a$$
+RXE_B=rxe_b$$
+
+# ktap_check DESCRIPTION COMMAND [ARG...]: one KTAP result, ok when the command
+# exits 0. Unlike ktap_test_result, the arguments keep their quoting.
+ktap_check() {
+	local desc=$1
+	shift
+	if "$@"; then
+		ktap_test_pass "$desc"
+	else
+		ktap_test_fail "$desc"
+	fi
+}
+
+# Kernel log reports that fail a test (and the whole run, scripts/check).
+DMESG_REPORTS='BUG:|WARNING:|Oops|general protection|Kernel panic|kernel BUG at|UBSAN:|refcount_t:|INFO: task .* blocked for more than|detected stalls? on CPU|self-detected stall|kmemleak: [0-9]+ new suspected|ODEBUG:|list_(add|del) corruption|panicked at|hard LOCKUP|soft lockup'
 
 # Where this test's part of the kernel log starts.
 dmesg_mark() {
@@ -26,9 +50,10 @@ dmesg_since() {
 	dmesg | tail -n +"$((DMESG_START + 1))"
 }
 
-# Passes when the kernel log since dmesg_mark has no BUG, WARNING, Oops or leak report.
+# Passes when the kernel log since dmesg_mark has no report ($DMESG_REPORTS).
 check_dmesg_clean() {
-	_bad=$(dmesg_since | grep -E 'BUG:|WARNING:|Oops|general protection|kmemleak: .*new suspected' || true)
+	local _bad
+	_bad=$(dmesg_since | grep -E "$DMESG_REPORTS" || true)
 	if [ -n "$_bad" ]; then
 		echo "$_bad" | sed 's/^/# dmesg: /'
 		return 1
@@ -57,7 +82,7 @@ wait_for() {
 net_setup() {
 	net_cleanup
 	modprobe rdma_rxe || return 1
-	ip netns add $NS_A && ip netns add $NS_B || return 1
+	setup_ns NS_A NS_B || return 1
 	ip link add va netns $NS_A type veth peer name vb netns $NS_B || return 1
 	ip -n $NS_A addr add $ADDR_A/24 dev va && ip -n $NS_A link set va up &&
 		ip -n $NS_A link set lo up || return 1
@@ -73,8 +98,7 @@ net_setup() {
 net_cleanup() {
 	rdma link del $RXE_A 2>/dev/null
 	rdma link del $RXE_B 2>/dev/null
-	ip netns del $NS_A 2>/dev/null
-	ip netns del $NS_B 2>/dev/null
+	[ -n "$NS_A$NS_B" ] && cleanup_ns $NS_A $NS_B >/dev/null
 	# Device unregistration and namespace destruction finish asynchronously:
 	# let them, so that the next setup does not race with them.
 	wait_for 300 sh -c "! rdma link show 2>/dev/null | grep -qE ' ($RXE_A|$RXE_B)/'" ||
@@ -108,6 +132,20 @@ unload_cmecho() {
 	done
 	rmmod cmecho
 }
+
+# Leaves nothing behind for the next program, however this one ended: every
+# endpoint, the modules, the rxe links and the namespaces. A teardown that blocks
+# in the kernel is ended by the hung-task detector (it panics the guest).
+cmecho_cleanup() {
+	local d
+	for d in "$CFS"/*/; do
+		[ -d "$d" ] && rmdir "$d" 2>/dev/null
+	done
+	grep -q '^cmecho_cmtime ' /proc/modules && rmmod cmecho_cmtime
+	grep -q '^cmecho ' /proc/modules && rmmod cmecho
+	net_cleanup
+}
+trap cmecho_cleanup EXIT
 
 # Creates endpoint $2 in namespace $1 and writes attribute=value pairs ($3...).
 endpoint() {

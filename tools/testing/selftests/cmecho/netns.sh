@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # An endpoint lives in the network namespace of the process that created it.
 . "$(dirname "$0")/lib.sh"
@@ -14,11 +14,11 @@ endpoint $NS_B cli role=client addr=$ADDR_A count=5
 ns_a=$(ip netns exec $NS_A readlink /proc/self/ns/net)
 ns_b=$(ip netns exec $NS_B readlink /proc/self/ns/net)
 ktap_print_msg "srv netns $(cat $CFS/srv/netns) (ns a: $ns_a), cli netns $(cat $CFS/cli/netns) (ns b: $ns_b)"
-ktap_test_result "server made in netns a says netns a" test "$(cat $CFS/srv/netns)" = "$ns_a"
-ktap_test_result "client made in netns b says netns b" test "$(cat $CFS/cli/netns)" = "$ns_b"
+ktap_check "server made in netns a says netns a" test "$(cat $CFS/srv/netns)" = "$ns_a"
+ktap_check "client made in netns b says netns b" test "$(cat $CFS/cli/netns)" = "$ns_b"
 echo 1 >$CFS/cli/enable
 wait_done cli 60
-ktap_test_result "client in b reaches the server in a" test "$(cat $CFS/cli/state)" = done
+ktap_check "client in b reaches the server in a" test "$(cat $CFS/cli/state)" = done
 
 # An endpoint made in the initial namespace cannot use namespace a's address.
 mkdir $CFS/init
@@ -26,7 +26,7 @@ echo server >$CFS/init/role
 echo $ADDR_A >$CFS/init/addr
 err=$( (echo 1 >$CFS/init/enable) 2>&1)
 ktap_print_msg "init-netns server on $ADDR_A: ${err:-success}; $(cat $CFS/init/last_error)"
-ktap_test_result "an endpoint of the initial netns cannot listen on netns a's address" \
+ktap_check "an endpoint of the initial netns cannot listen on netns a's address" \
 	test "$(cat $CFS/init/enable)" = 0 -a "$(readlink /proc/self/ns/net)" = "$(cat $CFS/init/netns)"
 rmdir $CFS/init
 
@@ -42,18 +42,18 @@ p1=$(ep_get live stats pings)
 sleep 1
 p2=$(ep_get live stats pings)
 ktap_print_msg "after ip netns del: srv $(cat $CFS/srv/state), client pings $p1 -> $p2"
-ktap_test_result "after ip netns del, the server in it keeps serving" \
+ktap_check "after ip netns del, the server in it keeps serving" \
 	test "$(cat $CFS/srv/state)" = listening -a "$p2" -gt "$p1"
-ktap_test_result "the namespace is kept alive: vb still exists in b" ip -n $NS_B link show vb
+ktap_check "the namespace is kept alive: vb still exists in b" ip -n $NS_B link show vb
 timeout 60 rmdir $CFS/srv
-ktap_test_result "rmdir of the server in the deleted namespace returns" test $? -eq 0
+ktap_check "rmdir of the server in the deleted namespace returns" test $? -eq 0
 wait_for 200 sh -c "! ip -n $NS_B link show vb"
-ktap_test_result "then the namespace is destroyed (vb gone from b): no reference leaked" \
+ktap_check "then the namespace is destroyed (vb gone from b): no reference leaked" \
 	sh -c "! ip -n $NS_B link show vb"
 wait_done live 60
 ep_diag live
 unload_cmecho
-ktap_test_result "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
+ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # cmecho's echo service against the stock rping of rdma-core, both ways, and
 # against itself with four clients at once, across two namespaces over rxe.
@@ -11,14 +11,14 @@ load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 endpoint $NS_A srv role=server addr=$ADDR_A port=7174 enable=1
-ktap_test_result "cmecho server listening" test "$(cat $CFS/srv/state)" = listening
+ktap_check "cmecho server listening" test "$(cat $CFS/srv/state)" = listening
 
 for size in 64 4096; do
 	before=$(ep_get srv stats pings)
 	if ip netns exec $NS_B timeout 180 rping -c -a $ADDR_A -C 500 -S $size -V >/tmp/rping.log 2>&1; then
 		after=$(ep_get srv stats pings)
 		ktap_print_msg "server counted $((after - before)) pings"
-		ktap_test_result "stock rping -c -V -C 500 -S $size against cmecho server" test $((after - before)) -eq 500
+		ktap_check "stock rping -c -V -C 500 -S $size against cmecho server" test $((after - before)) -eq 500
 	else
 		tail -3 /tmp/rping.log | sed 's/^/# rping: /'
 		ep_diag srv
@@ -32,21 +32,21 @@ wait_for 100 cm_listening 7175
 endpoint $NS_B cli role=client addr=$ADDR_A port=7175 count=300 size=1024 enable=1
 wait_done cli 120
 ep_diag cli
-ktap_test_result "cmecho client against stock rping -s: 300 pings validated" \
+ktap_check "cmecho client against stock rping -s: 300 pings validated" \
 	test "$(cat $CFS/cli/state)" = done -a "$(ep_get cli stats pings)" = 300 -a "$(ep_get cli stats errors)" = 0
 wait $rs
-ktap_test_result "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
+ktap_check "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
 echo 0 >$CFS/cli/enable
 
 endpoint $NS_B four role=client addr=$ADDR_A count=100 size=512 clients=4 enable=1
 wait_done four 120
 ep_diag four
-ktap_test_result "4 cmecho clients at once against the cmecho server: 400 pings validated" \
+ktap_check "4 cmecho clients at once against the cmecho server: 400 pings validated" \
 	test "$(cat $CFS/four/state)" = done -a "$(ep_get four stats pings)" = 400 -a \
 	"$(ep_get four stats errors)" = 0 -a "$(ep_get four stats connections)" = 4
-ktap_test_result "cmecho server counted no errors" test "$(ep_get srv stats errors)" = 0
+ktap_check "cmecho server counted no errors" test "$(ep_get srv stats errors)" = 0
 
 unload_cmecho
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

@@ -1,36 +1,54 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Runs every program in the Makefile's TEST_PROGS the way the kselftest runner
-# does: one KTAP result per program, the program's own KTAP nested under it.
-#   run_tests.sh [OUTPUT_FILE]     (the KTAP goes to stdout and, if given, the file)
+# Runs the Makefile's TEST_PROGS with the kernel's own kselftest runner
+# (kselftest/runner.sh: per-program timeout from ./settings, one KTAP result per
+# program with the program's output nested under it), then asks kmemleak, with
+# every cmecho module unloaded, what is left.
+#   run_tests.sh [RESULTS_DIR]   KTAP on stdout and in RESULTS_DIR/selftests.ktap;
+#                                the kernel log in dmesg.log, kmemleak's report in
+#                                kmemleak.txt, and run-complete once all is done.
+# CMECHO_TESTS="a.sh b.sh" runs a subset (the plan is then that subset).
 cd "$(dirname "$0")" || exit 1
-out=${1:-/dev/null}
-# CMECHO_TESTS="a.sh b.sh" runs a subset.
-read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
-timeout_s=$(sed -n 's/^timeout=//p' settings)
+BASE_DIR=$(cd .. && pwd)
+export BASE_DIR
+[ -f "$BASE_DIR/kselftest/runner.sh" ] ||
+	{ echo "Bail out! no $BASE_DIR/kselftest/runner.sh (run scripts/ksft-links)"; exit 1; }
+. "$BASE_DIR/kselftest/runner.sh"
 
-# Stream the kernel log next to the results, so a crash leaves its trace.
-if [ "$out" != /dev/null ] && [ -w "$(dirname "$out")" ]; then
-	dmesg -w >"$(dirname "$out")/dmesg.log" 2>&1 </dev/null &
+results=${1:-}
+read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
+
+ktap_file=/dev/null
+if [ -n "$results" ]; then
+	rm -f "$results/run-complete"
+	ktap_file=$results/selftests.ktap
+	# Stream the kernel log next to the results, so a crash leaves its trace.
+	dmesg -w >"$results/dmesg.log" 2>&1 </dev/null &
+	dmesg_pid=$!
 fi
 
 {
-	echo "TAP version 13"
-	echo "1..${#progs[@]}"
-	n=0
-	rc_all=0
-	for t in "${progs[@]}"; do
-		n=$((n + 1))
-		echo "# selftests: cmecho: $t"
-		timeout "${timeout_s:-900}" ./"$t" 2>&1 | sed -u 's/^/    /'
-		rc=${PIPESTATUS[0]}
-		case $rc in
-		0) echo "ok $n selftests: cmecho: $t" ;;
-		4) echo "ok $n selftests: cmecho: $t # SKIP" ;;
-		124) echo "not ok $n selftests: cmecho: $t # TIMEOUT ${timeout_s} seconds"; rc_all=1 ;;
-		*) echo "not ok $n selftests: cmecho: $t # exit=$rc"; rc_all=1 ;;
-		esac
-	done
-	exit $rc_all
-} | tee "$out"
-exit "${PIPESTATUS[0]}"
+	ktap_print_header
+	ktap_set_plan "${#progs[@]}"
+	run_many "${progs[@]/#/./}"
+	ktap_print_totals
+} | tee "$ktap_file"
+
+# kmemleak, once nothing of cmecho is loaded: objects are reported once they are
+# unreferenced and older than 5 s, so scan, wait, scan again.
+if [ -n "$results" ]; then
+	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+	grep -E '^cmecho' /proc/modules >"$results/modules-left.txt"
+	if [ -w /sys/kernel/debug/kmemleak ]; then
+		echo scan >/sys/kernel/debug/kmemleak
+		sleep 6
+		echo scan >/sys/kernel/debug/kmemleak
+		cat /sys/kernel/debug/kmemleak >"$results/kmemleak.txt"
+	else
+		echo "kmemleak: /sys/kernel/debug/kmemleak is not available" >"$results/kmemleak.txt"
+	fi
+	sleep 1
+	kill $dmesg_pid 2>/dev/null
+	echo "${#progs[@]}" >"$results/run-complete"
+fi
+exit 0

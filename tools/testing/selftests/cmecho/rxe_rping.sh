@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # The test harness itself: two namespaces over veth, rxe on each end, and the stock
 # rping client validating 200 pings against the stock rping server across them.
@@ -9,8 +9,8 @@ PORT=7174
 ktap_print_header
 ktap_set_plan 5
 dmesg_mark
-ktap_test_result "two netns over veth with an rxe link on each end" net_setup
-ktap_test_result "rxe devices listed by rdma link" sh -c "rdma link show | grep -q $RXE_A && rdma link show | grep -q $RXE_B"
+ktap_check "two netns over veth with an rxe link on each end" net_setup
+ktap_check "rxe devices listed by rdma link" sh -c "rdma link show | grep -q $RXE_A && rdma link show | grep -q $RXE_B"
 
 ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p $PORT >/tmp/rping_s.log 2>&1 &
 srv=$!
@@ -28,5 +28,5 @@ else
 	ktap_test_fail "stock rping -s exits cleanly after the client"
 fi
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

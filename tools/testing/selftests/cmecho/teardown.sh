@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Teardown with live connections never hangs and leaks no CM id: rmmod while
 # endpoints exist, rmdir of a pinging client, and `rdma link del` of the server's
@@ -17,29 +17,29 @@ rp=$!
 endpoint $NS_B cli role=client addr=$ADDR_A count=10000000 size=64 enable=1
 sleep 3
 ep_diag srv
-ktap_test_result "live connections: the server has 2 established" test "$(ep_get srv stats active)" = 2
+ktap_check "live connections: the server has 2 established" test "$(ep_get srv stats active)" = 2
 
 timeout 30 rmmod cmecho 2>/tmp/rmmod.err
 rc=$?
 ktap_print_msg "rmmod with live endpoints: exit $rc: $(cat /tmp/rmmod.err)"
-ktap_test_result "rmmod while endpoints exist is refused at once (configfs holds the module)" \
+ktap_check "rmmod while endpoints exist is refused at once (configfs holds the module)" \
 	test $rc -ne 0 -a $rc -ne 124
 
 timeout 60 rmdir $CFS/cli
-ktap_test_result "rmdir of a client with a live connection returns" test $? -eq 0
+ktap_check "rmdir of a client with a live connection returns" test $? -eq 0
 
 timeout 60 rdma link del $RXE_A
-ktap_test_result "rdma link del of the server's device with live connections returns" test $? -eq 0
+ktap_check "rdma link del of the server's device with live connections returns" test $? -eq 0
 ep_diag srv
-ktap_test_result "server reports the device removal" grep -q "RDMA device was removed" $CFS/srv/last_error
+ktap_check "server reports the device removal" grep -q "RDMA device was removed" $CFS/srv/last_error
 kill $rp 2>/dev/null
 wait $rp 2>/dev/null
 
-ktap_test_result "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
+ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 timeout 60 rmdir $CFS/srv
-ktap_test_result "rmdir of the server after device removal returns" test $? -eq 0
+ktap_check "rmdir of the server after device removal returns" test $? -eq 0
 timeout 60 rmmod cmecho
-ktap_test_result "rmmod after rmdir" test $? -eq 0
+ktap_check "rmmod after rmdir" test $? -eq 0
 net_cleanup
-ktap_test_result "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
