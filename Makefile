@@ -3,7 +3,9 @@
 # cmecho entry points. The module itself is built by kbuild from ./Kbuild.
 #
 #   make            build cmecho.ko against KDIR (default: the cached test kernel)
-#   make check      toolchain -> kernel -> module -> selftests in a VM -> rustfmt
+#   make check      toolchain -> debug kernel -> modules -> selftests in a VM -> the
+#                   honest count; `make check T=netns.sh` runs one program alone
+#   make check-canary  the negative control: each debug detector must fire
 #   make demo       show cmecho working in a VM
 #   make setup      install the toolchain only
 #   make kernel     build (or find in the cache) the test kernel only
@@ -14,7 +16,7 @@ ifneq ($(KERNELRELEASE),)
 include $(src)/Kbuild
 else
 
-.PHONY: all modules setup kernel check demo clean
+.PHONY: all modules setup kernel check check-canary demo clean
 
 all modules:
 	scripts/kmake modules
@@ -26,7 +28,10 @@ kernel: setup
 	scripts/build-kernel
 
 check:
-	scripts/check
+	scripts/check $(foreach t,$(T),-t $(t))
+
+check-canary:
+	scripts/check --canary
 
 demo:
 	scripts/demo
