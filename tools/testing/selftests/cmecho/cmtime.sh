@@ -16,7 +16,7 @@ endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 ip netns exec $NS_B timeout 300 insmod "$CMTIME_KO" addr=$ADDR_A port=7174 conns=50
 ktap_check "insmod cmecho_cmtime conns=50 in netns b" test $? -eq 0
 dmesg_since | grep 'cmecho_cmtime:' | sed 's/^\[[^]]*\] /# /'
-ktap_check "50 of 50 connections ok" sh -c "dmesg | grep -q 'cmecho_cmtime: 50 of 50 connections to $ADDR_A:7174 ok'"
+ktap_check "50 of 50 connections ok" dmesg_since_has "cmecho_cmtime: 50 of 50 connections to $ADDR_A:7174 ok"
 ok=1
 for s in $STEPS; do
 	line=$(dmesg_since | grep "cmecho_cmtime: step $s min ")

@@ -33,7 +33,7 @@ rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms"
 
 ktap_print_header
-ktap_set_plan 28
+ktap_set_plan 32
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -41,6 +41,28 @@ mkdir $CFS/ep
 # write ATTR VALUE: the write's stderr on failure, nothing on success.
 write() {
 	(echo "$2" >"$CFS/ep/$1") 2>&1
+}
+
+# busy_writes EP: true when, on enabled endpoint EP, a write of a new value to
+# every attribute (and of 1 to enable) fails with EBUSY and changes nothing.
+busy_writes() {
+	local ep=$1 a v before err ok=0
+	for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
+		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
+		responder_resources max_conns mode depth duration_ms enable; do
+		before=$(cat $CFS/$ep/$a)
+		case $a in
+		role) v=server; [ "$before" = server ] && v=client ;;
+		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
+		enable) v=1 ;; *) v=2 ;;
+		esac
+		err=$( (echo "$v" >"$CFS/$ep/$a") 2>&1)
+		if ! echo "$err" | grep -q 'busy' || [ "$(cat $CFS/$ep/$a)" != "$before" ]; then
+			ktap_print_msg "$ep: $a while enabled: '${err:-success}', value now $(cat $CFS/$ep/$a)"
+			ok=1
+		fi
+	done
+	return $ok
 }
 
 for a in $ATTRS; do
@@ -102,22 +124,37 @@ in_ns $NS_A mkdir $CFS/ep
 echo server >$CFS/ep/role
 echo $ADDR_A >$CFS/ep/addr
 echo 1 >$CFS/ep/enable
-busy=1
-for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
-	rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
-	responder_resources max_conns mode depth duration_ms; do
-	before=$(cat $CFS/ep/$a)
-	case $a in
-	role) v=client ;; addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;; *) v=2 ;;
-	esac
-	err=$(write $a $v)
-	if ! echo "$err" | grep -q 'busy' || [ "$(cat $CFS/ep/$a)" != "$before" ]; then
-		ktap_print_msg "$a while enabled: '${err:-success}', value now $(cat $CFS/ep/$a)"
-		busy=0
-	fi
-done
-ktap_check "writes while enabled fail with EBUSY and change nothing" test $busy = 1
+ktap_check "listening server: writes while enabled fail with EBUSY and change nothing" busy_writes ep
 ktap_check "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
+
+# A connecting client: everything namespace a sends is lost (netem), so the
+# client's connect request goes unanswered and it stays connecting until its
+# connect times out (30 s). A permanent neighbour entry resolves the address
+# without an ARP answer. Port 7199 has no listener.
+ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
+	lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
+ip netns exec $NS_A tc qdisc add dev va root netem loss 100%
+endpoint $NS_B conn role=client addr=$ADDR_A port=7199 count=10000000 enable=1
+st=$(cat $CFS/conn/state)
+busy_writes conn
+rc=$?
+ktap_print_msg "connecting client: state $st before the writes, $(cat $CFS/conn/state) after; last_error: $(cat $CFS/conn/last_error)"
+ktap_check "connecting client: writes fail with EBUSY and change nothing" test $rc = 0
+ktap_check "connecting client: connecting before and after the refused writes" \
+	test "$st" = connecting -a "$(cat $CFS/conn/state)" = connecting
+rmdir $CFS/conn
+ip netns exec $NS_A tc qdisc del dev va root
+
+# A running client: pinging the server, with a count it cannot finish.
+endpoint $NS_B run role=client addr=$ADDR_A count=10000000 enable=1
+wait_for 600 sh -c "[ \"\$(cat $CFS/run/state)\" = running ]"
+st=$(cat $CFS/run/state)
+busy_writes run
+rc=$?
+ktap_print_msg "running client: state $st before the writes, $(cat $CFS/run/state) after; pings $(ep_get run stats pings); last_error: $(cat $CFS/run/last_error)"
+ktap_check "running client: writes fail with EBUSY and change nothing" test $rc = 0
+ktap_check "running client: running before and after the refused writes" \
+	test "$st" = running -a "$(cat $CFS/run/state)" = running
 
 unload_cmecho
 net_cleanup

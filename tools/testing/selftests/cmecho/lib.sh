@@ -185,7 +185,33 @@ ep_diag() {
 	sed "s/^/# $1 stats: /" "$CFS/$1/stats"
 }
 
-# True when `rdma res show cm_id` lists no id owned by cmecho.
+# True when `rdma res show cm_id` works and lists no id owned by cmecho (kernel
+# ids show their module as "comm [cmecho]"); a failing rdma fails the check, and
+# cmecho_cm_ids_seen is its positive control.
 no_cmecho_cm_ids() {
-	! rdma res show cm_id 2>/dev/null | grep -q 'comm \[cmecho\]'
+	local out left
+	out=$(rdma res show cm_id 2>&1) ||
+		{ ktap_print_msg "rdma res show cm_id failed: $out"; return 1; }
+	left=$(printf '%s\n' "$out" | grep 'comm \[cmecho\]')
+	[ -z "$left" ] && return 0
+	printf '%s\n' "$left" | sed 's/^/# cm_id left: /'
+	return 1
+}
+
+# cmecho_cm_ids_seen [N]: true when `rdma res show cm_id` works and lists at least
+# N (default 1) ids owned by cmecho: the same match as no_cmecho_cm_ids, seen
+# matching while endpoints are live.
+cmecho_cm_ids_seen() {
+	local out n
+	out=$(rdma res show cm_id 2>&1) ||
+		{ ktap_print_msg "rdma res show cm_id failed: $out"; return 1; }
+	n=$(printf '%s\n' "$out" | grep -c 'comm \[cmecho\]')
+	ktap_print_msg "rdma res show cm_id: $n ids of cmecho, ${1:-1} or more expected"
+	[ "$n" -ge "${1:-1}" ]
+}
+
+# True when the kernel log since dmesg_mark has a line containing the fixed
+# string $1.
+dmesg_since_has() {
+	dmesg_since | grep -qF -- "$1"
 }

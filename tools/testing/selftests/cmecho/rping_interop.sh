@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 10
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -38,7 +38,21 @@ wait $rs
 ktap_check "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
 echo 0 >$CFS/cli/enable
 
-endpoint $NS_B four role=client addr=$ADDR_A count=100 size=512 clients=4 enable=1
+# All four up at once: a count they cannot finish keeps them connected until
+# enable=0 closes them (state idle, stats kept); then 100 pings each.
+endpoint $NS_B four role=client addr=$ADDR_A count=10000000 size=512 clients=4 enable=1
+wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 4 ]"
+all_up=$?
+ktap_print_msg "server active $(ep_get srv stats active); client $(cat $CFS/four/state), connections $(ep_get four stats connections)"
+ktap_check "4 cmecho clients active at once on the cmecho server" \
+	test $all_up -eq 0 -a "$(ep_get four stats connections)" = 4
+echo 0 >$CFS/four/enable
+ep_diag four
+ktap_check "enable=0 stops the 4 clients: idle, none active, pings validated, no error" \
+	test "$(cat $CFS/four/state)" = idle -a "$(ep_get four stats active)" = 0 \
+	-a "$(ep_get four stats pings)" -gt 0 -a "$(ep_get four stats errors)" = 0
+echo 100 >$CFS/four/count
+echo 1 >$CFS/four/enable
 wait_done four 120
 ep_diag four
 ktap_check "4 cmecho clients at once against the cmecho server: 400 pings validated" \

@@ -1,30 +1,59 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# 64 concurrent client connections against one server, all verified; the
-# server's per-connection listing while they are up.
+# 64 concurrent client connections against one server: all up at once (clients
+# with a count they cannot finish, stopped by enable=0), the server's
+# per-connection listing and cmecho's CM ids while they are up; then 64 x 100
+# messages, all verified.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 6
+ktap_set_plan 8
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A enable=1
-endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=100 clients=64 enable=1
-wait_for 600 sh -c "[ \"\$(sed -n 's/^connections //p' $CFS/many/stats)\" = 64 ]"
-ktap_print_msg "server connections listing: $(wc -l <$CFS/srv/connections) lines; first: $(head -1 $CFS/srv/connections)"
-ktap_check "64 client connections established" test "$(ep_get many stats connections)" = 64
-ktap_check "the server lists its connections with peer address and QP number" \
-	grep -q "peer $ADDR_B:[0-9]* qp_num [0-9]" $CFS/srv/connections
+endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=10000000 clients=64 enable=1
+wait_for 1200 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 64 ]"
+all_up=$?
+ktap_print_msg "server active $(ep_get srv stats active); client $(cat $CFS/many/state), connections $(ep_get many stats connections), active $(ep_get many stats active)"
+ktap_check "64 client connections established, all active at once on the server" \
+	test $all_up -eq 0 -a "$(ep_get many stats connections)" = 64
+
+# The listing while all are up: one page holds about 25 lines, then "truncated
+# <n> more"; every line shown is an established connection with peer and QP.
+listing=$(cat $CFS/srv/connections)
+n_all=$(grep -c '^conn' <<<"$listing")
+n_up=$(grep -c "^conn[0-9]* state established peer $ADDR_B:[0-9]* qp_num [0-9]" <<<"$listing")
+n_more=$(sed -n 's/^truncated \([0-9]*\) more$/\1/p' <<<"$listing")
+ktap_print_msg "server connections listing: $n_all lines, $n_up established with peer and QP, ${n_more:-0} more; first: $(head -1 <<<"$listing")"
+ktap_check "the server lists its 64 connections established, with peer address and QP number" \
+	test "$n_up" -ge 1 -a "$n_up" = "$n_all" -a $((n_all + ${n_more:-0})) = 64
+# 64 client ids, 64 accepted ids and the listener.
+ktap_check "rdma res show cm_id lists cmecho's ids while connections are up" cmecho_cm_ids_seen 129
+
+# enable=0 closes every connection and waits (ABI): state idle, stats kept.
+echo 0 >$CFS/many/enable
+wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 0 ]"
+ep_diag many
+ktap_check "enable=0 stops all 64: idle, none active on either side, what ran was verified" \
+	test "$(cat $CFS/many/state)" = idle -a "$(ep_get many stats active)" = 0 \
+	-a "$(ep_get srv stats active)" = 0 -a "$(ep_get many stats pings)" -gt 0 \
+	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0
+
+# Again with 100 messages each: every connection runs to its count (stats restart
+# at enable).
+echo 100 >$CFS/many/count
+echo 1 >$CFS/many/enable
 wait_done many 300
 ep_diag many
 ktap_check "64 x 100 messages, all verified" \
 	test "$(cat $CFS/many/state)" = done -a "$(ep_get many stats pings)" = 6400 \
-	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0
+	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0 \
+	-a "$(ep_get many stats connections)" = 64
 ep_diag srv
-ktap_check "the server saw 64 connections and no error" \
-	test "$(ep_get srv stats connections)" = 64 -a "$(ep_get srv stats errors)" = 0
+ktap_check "the server saw 128 connections (64 + 64) and no error" \
+	test "$(ep_get srv stats connections)" = 128 -a "$(ep_get srv stats errors)" = 0
 unload_cmecho
 ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 net_cleanup

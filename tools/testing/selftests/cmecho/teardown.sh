@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 9
+ktap_set_plan 10
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -15,9 +15,12 @@ endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 ip netns exec $NS_B timeout 300 rping -c -a $ADDR_A -C 1000000 -S 64 >/dev/null 2>&1 &
 rp=$!
 endpoint $NS_B cli role=client addr=$ADDR_A count=10000000 size=64 enable=1
-sleep 3
+wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 2 ]"
 ep_diag srv
 ktap_check "live connections: the server has 2 established" test "$(ep_get srv stats active)" = 2
+# The listener, the server's 2 connections and the client's: seen as cmecho's, so
+# that "no id of cmecho left" below means something.
+ktap_check "rdma res show cm_id lists cmecho's ids while connections are live" cmecho_cm_ids_seen 4
 
 timeout 30 rmmod cmecho 2>/tmp/rmmod.err
 rc=$?
