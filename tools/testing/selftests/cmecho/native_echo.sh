@@ -18,15 +18,15 @@ sent_bytes=0
 for size in 1 64 4096 65536; do
 	for depth in 1 32; do
 		ep=e${size}_$depth
-		endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A size=$size depth=$depth count=200 enable=1
+		endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A size=$size depth=$depth count=50 enable=1
 		wait_done $ep 180
 		ktap_print_msg "$ep: $(cat $CFS/$ep/state); $(grep -E '^(pings|bytes|verify_errors|rtt_p50_us|rtt_p99_us|throughput_mbit_s) ' $CFS/$ep/stats | tr '\n' ' ')"
-		ktap_check "echo size $size depth $depth: 200 messages, all verified" \
-			test "$(cat $CFS/$ep/state)" = done -a "$(ep_get $ep stats pings)" = 200 \
+		ktap_check "echo size $size depth $depth: 50 messages, all verified" \
+			test "$(cat $CFS/$ep/state)" = done -a "$(ep_get $ep stats pings)" = 50 \
 			-a "$(ep_get $ep stats verify_errors)" = 0 -a "$(ep_get $ep stats errors)" = 0 \
-			-a "$(ep_get $ep stats bytes)" = $((200 * size))
-		sent_msgs=$((sent_msgs + 200))
-		sent_bytes=$((sent_bytes + 200 * size))
+			-a "$(ep_get $ep stats bytes)" = $((50 * size))
+		sent_msgs=$((sent_msgs + 50))
+		sent_bytes=$((sent_bytes + 50 * size))
 		rmdir $CFS/$ep
 	done
 done
