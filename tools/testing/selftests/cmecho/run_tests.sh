@@ -14,6 +14,10 @@ export BASE_DIR
 [ -f "$BASE_DIR/kselftest/runner.sh" ] ||
 	{ echo "Bail out! no $BASE_DIR/kselftest/runner.sh (run scripts/ksft-links)"; exit 1; }
 . "$BASE_DIR/kselftest/runner.sh"
+# The runner writes each program's output to $logfile, /dev/stdout by default; in
+# a virtme-ng guest that is a serial port of its own, not this script's stdout,
+# so the nested KTAP would miss the tee below and arrive out of order on the host.
+logfile=/dev/fd/1
 
 results=${1:-}
 read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
