@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hostile_peer: a misbehaving echo-mode peer for cmecho's selftests.
+ *
+ *   hostile_peer server ADDR PORT MODE [SECONDS]
+ *
+ * Listens on ADDR:PORT (RDMA_PS_TCP), accepts one connection and answers each
+ * message a cmecho echo-mode client sends, the wrong way:
+ *
+ *   dup          every echo is sent twice
+ *   unsolicited  a message is sent as soon as the connection is up, before any
+ *                echo is asked for, then every message is echoed once
+ *   short        every echo is one byte shorter than the message
+ *   corrupt      every echo has its last byte flipped
+ *   good         every message is echoed once, as sent (the control)
+ *
+ * It exits 0 once the connection ended (the peer disconnected), 1 on a setup
+ * error, 2 when nothing happened for SECONDS (default 120).
+ *
+ *   hostile_peer client ADDR PORT vanish N
+ *
+ * N times: sends a connect request, waits for the server's reply (REP), and
+ * goes away without the RTU that would establish the connection: the server's
+ * new connection fails before it is ever established. Prints how many replies
+ * and rejections it got; exits 0 when every request got an answer.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <rdma/rdma_cma.h>
+
+#define SLOTS 16
+#define BUF_SIZE 65536
+
+enum mode { DUP, UNSOLICITED, SHORT, CORRUPT, GOOD };
+
+struct peer {
+	enum mode mode;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	char *buf;		/* SLOTS receive buffers, then SLOTS send buffers */
+	unsigned int next_send;
+	unsigned long received, sent;
+};
+
+static void die(const char *what)
+{
+	fprintf(stderr, "hostile_peer: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static char *rbuf(struct peer *p, unsigned int k)
+{
+	return p->buf + (size_t)k * BUF_SIZE;
+}
+
+static char *sbuf(struct peer *p, unsigned int k)
+{
+	return p->buf + (size_t)(SLOTS + k) * BUF_SIZE;
+}
+
+static void post_recv(struct peer *p, unsigned int k)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)rbuf(p, k), .length = BUF_SIZE, .lkey = p->mr->lkey,
+	};
+	struct ibv_recv_wr wr = { .wr_id = k, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	if (ibv_post_recv(p->id->qp, &wr, &bad))
+		die("ibv_post_recv");
+}
+
+/* Sends len bytes of data from the next send slot. */
+static void post_send(struct peer *p, const char *data, unsigned int len)
+{
+	unsigned int k = p->next_send++ % SLOTS;
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)sbuf(p, k), .length = len, .lkey = p->mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = SLOTS + k, .sg_list = &sge, .num_sge = len ? 1 : 0,
+		.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	memcpy(sbuf(p, k), data, len);
+	if (ibv_post_send(p->id->qp, &wr, &bad))
+		die("ibv_post_send");
+	p->sent++;
+}
+
+static void answer(struct peer *p, unsigned int k, unsigned int len)
+{
+	char *m = rbuf(p, k);
+
+	switch (p->mode) {
+	case DUP:
+		post_send(p, m, len);
+		post_send(p, m, len);
+		break;
+	case SHORT:
+		post_send(p, m, len ? len - 1 : 0);
+		break;
+	case CORRUPT:
+		if (len)
+			m[len - 1] ^= 0x5a;
+		post_send(p, m, len);
+		break;
+	default:
+		post_send(p, m, len);
+	}
+	post_recv(p, k);
+}
+
+static void setup_conn(struct peer *p, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr qa = { 0 };
+	struct rdma_conn_param cp = { 0 };
+	unsigned int k;
+
+	p->id = id;
+	p->pd = ibv_alloc_pd(id->verbs);
+	if (!p->pd)
+		die("ibv_alloc_pd");
+	p->cq = ibv_create_cq(id->verbs, 4 * SLOTS, NULL, NULL, 0);
+	if (!p->cq)
+		die("ibv_create_cq");
+	p->buf = calloc(2 * SLOTS, BUF_SIZE);
+	if (!p->buf)
+		die("calloc");
+	p->mr = ibv_reg_mr(p->pd, p->buf, (size_t)2 * SLOTS * BUF_SIZE, IBV_ACCESS_LOCAL_WRITE);
+	if (!p->mr)
+		die("ibv_reg_mr");
+	qa.send_cq = p->cq;
+	qa.recv_cq = p->cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = 2 * SLOTS;
+	qa.cap.max_recv_wr = SLOTS;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	if (rdma_create_qp(id, p->pd, &qa))
+		die("rdma_create_qp");
+	for (k = 0; k < SLOTS; k++)
+		post_recv(p, k);
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.rnr_retry_count = 7;
+	if (rdma_accept(id, &cp))
+		die("rdma_accept");
+}
+
+static void poll_cq(struct peer *p)
+{
+	struct ibv_wc wc[16];
+	int n, i;
+
+	while ((n = ibv_poll_cq(p->cq, 16, wc)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS)
+				continue;	/* flushed at the end, or the peer failed us */
+			if (wc[i].wr_id < SLOTS) {
+				p->received++;
+				answer(p, wc[i].wr_id, wc[i].byte_len);
+			}
+		}
+	}
+}
+
+static int parse_addr(const char *addr, const char *port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, addr, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
+		ss->ss_family = AF_INET;
+		((struct sockaddr_in *)ss)->sin_port = htons(atoi(port));
+	} else if (inet_pton(AF_INET6, addr, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
+		ss->ss_family = AF_INET6;
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(atoi(port));
+	} else {
+		fprintf(stderr, "hostile_peer: bad address %s\n", addr);
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits up to 30 s for the next CM event on ch; returns its type, or -1. */
+static int next_event(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev;
+	int i, type;
+
+	for (i = 0; i < 30000; i++) {
+		if (!rdma_get_cm_event(ch, &ev)) {
+			type = ev->event;
+			rdma_ack_cm_event(ev);
+			return type;
+		}
+		if (errno != EAGAIN)
+			die("rdma_get_cm_event");
+		usleep(1000);
+	}
+	return -1;
+}
+
+/* Connect requests that never finish: see the comment at the top. */
+static int vanish(const char *addr, const char *port, int n)
+{
+	int i, replies = 0, rejects = 0, ev;
+	struct sockaddr_storage ss;
+
+	if (parse_addr(addr, port, &ss))
+		return 1;
+	for (i = 0; i < n; i++) {
+		struct rdma_event_channel *ch = rdma_create_event_channel();
+		struct rdma_conn_param cp = { 0 };
+		struct rdma_cm_id *id;
+
+		if (!ch)
+			die("rdma_create_event_channel");
+		if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+			die("fcntl");
+		if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+			die("rdma_create_id");
+		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 5000))
+			die("rdma_resolve_addr");
+		if (next_event(ch) != RDMA_CM_EVENT_ADDR_RESOLVED)
+			die("address resolution");
+		if (rdma_resolve_route(id, 5000))
+			die("rdma_resolve_route");
+		if (next_event(ch) != RDMA_CM_EVENT_ROUTE_RESOLVED)
+			die("route resolution");
+		/* No QP: the reply comes to us instead of being answered with an RTU. */
+		cp.qp_num = 0x1234 + i;
+		cp.responder_resources = 1;
+		cp.initiator_depth = 1;
+		cp.retry_count = 7;
+		cp.rnr_retry_count = 7;
+		if (rdma_connect(id, &cp))
+			die("rdma_connect");
+		ev = next_event(ch);
+		if (ev == RDMA_CM_EVENT_CONNECT_RESPONSE)
+			replies++;
+		else if (ev == RDMA_CM_EVENT_REJECTED)
+			rejects++;
+		else
+			fprintf(stderr, "hostile_peer: request %d: event %d\n", i, ev);
+		rdma_destroy_id(id);
+		rdma_destroy_event_channel(ch);
+	}
+	printf("hostile_peer: %d requests: %d replies left without an RTU, %d rejected\n",
+	       n, replies, rejects);
+	return replies + rejects == n ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const names[] = { "dup", "unsolicited", "short", "corrupt", "good" };
+	struct rdma_event_channel *ch;
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *listen_id;
+	struct rdma_cm_event *ev;
+	struct peer p = { 0 };
+	time_t idle_since;
+	int seconds = 120;
+	unsigned int i;
+	bool done = false;
+
+	if (argc == 6 && !strcmp(argv[1], "client") && !strcmp(argv[4], "vanish"))
+		return vanish(argv[2], argv[3], atoi(argv[5]));
+	if (argc < 5 || strcmp(argv[1], "server")) {
+		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good [SECONDS]\n"
+			"       %s client ADDR PORT vanish N\n", argv[0], argv[0]);
+		return 1;
+	}
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(argv[4], names[i]))
+			break;
+	if (i == sizeof(names) / sizeof(names[0])) {
+		fprintf(stderr, "hostile_peer: unknown mode %s\n", argv[4]);
+		return 1;
+	}
+	p.mode = i;
+	if (argc > 5)
+		seconds = atoi(argv[5]);
+
+	if (parse_addr(argv[2], argv[3], &ss))
+		return 1;
+
+	ch = rdma_create_event_channel();
+	if (!ch)
+		die("rdma_create_event_channel");
+	if (rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP))
+		die("rdma_create_id");
+	if (rdma_bind_addr(listen_id, (struct sockaddr *)&ss))
+		die("rdma_bind_addr");
+	if (rdma_listen(listen_id, 4))
+		die("rdma_listen");
+	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+		die("fcntl");
+	printf("hostile_peer: listening on %s port %s, mode %s\n", argv[2], argv[3], argv[4]);
+	fflush(stdout);
+
+	idle_since = time(NULL);
+	while (!done) {
+		if (p.cq)
+			poll_cq(&p);
+		if (rdma_get_cm_event(ch, &ev)) {
+			if (errno != EAGAIN)
+				die("rdma_get_cm_event");
+			if (time(NULL) - idle_since > seconds) {
+				fprintf(stderr, "hostile_peer: nothing happened for %d s\n", seconds);
+				return 2;
+			}
+			usleep(1000);
+			continue;
+		}
+		idle_since = time(NULL);
+		switch (ev->event) {
+		case RDMA_CM_EVENT_CONNECT_REQUEST:
+			if (p.id) {
+				rdma_reject(ev->id, NULL, 0);	/* one connection at a time */
+				break;
+			}
+			setup_conn(&p, ev->id);
+			break;
+		case RDMA_CM_EVENT_ESTABLISHED:
+			if (p.mode == UNSOLICITED) {
+				char junk[64];
+
+				memset(junk, 0xa5, sizeof(junk));
+				post_send(&p, junk, sizeof(junk));
+			}
+			break;
+		case RDMA_CM_EVENT_DISCONNECTED:
+		case RDMA_CM_EVENT_CONNECT_ERROR:
+		case RDMA_CM_EVENT_UNREACHABLE:
+		case RDMA_CM_EVENT_REJECTED:
+			if (ev->id == p.id)
+				done = true;
+			break;
+		default:
+			break;
+		}
+		rdma_ack_cm_event(ev);
+	}
+	printf("hostile_peer: connection ended: %lu messages received, %lu sent\n",
+	       p.received, p.sent);
+	rdma_disconnect(p.id);
+	rdma_destroy_qp(p.id);
+	ibv_dereg_mr(p.mr);
+	ibv_destroy_cq(p.cq);
+	ibv_dealloc_pd(p.pd);
+	free(p.buf);
+	rdma_destroy_id(p.id);
+	rdma_destroy_id(listen_id);
+	rdma_destroy_event_channel(ch);
+	return 0;
+}
