@@ -361,6 +361,19 @@ impl ClientConn {
         let r = tag - self.depth;
         let (seq, sent) = {
             let st = self.st.lock();
+            if st.done {
+                // The run is over and the connection closing: a late message is
+                // neither an echo nor counted.
+                return;
+            }
+            if st.inflight == 0 {
+                drop(st);
+                self.fail(
+                    conn,
+                    fmt!("protocol violation: a message of {} bytes arrived with no echo outstanding", len),
+                );
+                return;
+            }
             (
                 st.expected,
                 st.sent_at[(st.expected % u64::from(self.depth)) as usize],
@@ -383,7 +396,8 @@ impl ClientConn {
         {
             let mut st = self.st.lock();
             st.expected += 1;
-            st.inflight -= 1;
+            // Checked above; only this connection's completions change it.
+            st.inflight = st.inflight.saturating_sub(1);
             st.counters.messages += 1;
             st.counters.bytes += u64::from(len);
             if !good {

@@ -1,0 +1,66 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# A misbehaving echo server (hostile_peer, over librdmacm) against cmecho's
+# echo-mode client: echoes sent twice, a message nobody asked for, short and
+# corrupted echoes. Each fails that one connection with a reason in last_error
+# and the stats, nothing else: no kernel-log report, no cm_id left behind, and
+# a well-behaved run right after is served. The same peer answering correctly
+# is the control that it is a working echo server.
+. "$(dirname "$0")/lib.sh"
+
+PEER=$SELFTEST_DIR/hostile_peer
+
+ktap_print_header
+ktap_set_plan 8
+dmesg_mark
+load_cmecho
+net_setup || ktap_print_msg "network setup failed"
+
+# peer_run MODE PORT EP: the peer in namespace a, cmecho's client EP in b; the
+# client's final state and last_error are left in STATE and LERR.
+peer_run() {
+	local mode=$1 port=$2 ep=$3 pid
+	ip netns exec $NS_A "$PEER" server $ADDR_A $port $mode 120 >/tmp/peer_$mode.log 2>&1 &
+	pid=$!
+	wait_for 300 cm_listening $port || ktap_print_msg "$mode: the peer is not listening"
+	endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A port=$port count=20 depth=4 \
+		enable=1
+	wait_done $ep 180 || ktap_print_msg "$ep: not done or error after 180 s"
+	STATE=$(cat $CFS/$ep/state)
+	LERR=$(cat $CFS/$ep/last_error)
+	ep_diag $ep
+	rmdir $CFS/$ep
+	wait $pid
+	sed "s/^/# peer $mode: /" /tmp/peer_$mode.log
+}
+
+peer_run good 7300 good
+ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
+	test "$STATE" = done
+
+port=7301
+for mode in dup unsolicited short corrupt; do
+	peer_run $mode $port $mode
+	case $LERR in
+	*"verify error"* | *"protocol violation"*) reason=1 ;;
+	*) reason=0 ;;
+	esac
+	ktap_check "$mode echoes: the connection fails with a reason in last_error" \
+		test "$STATE" = error -a $reason = 1
+	port=$((port + 1))
+done
+
+ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
+
+# A well-behaved client is still served, by a cmecho server.
+endpoint $NS_A srv role=server mode=echo addr=$ADDR_A port=7310 enable=1
+endpoint $NS_B after role=client mode=echo addr=$ADDR_A port=7310 count=20 enable=1
+wait_done after 180
+ep_diag after
+ktap_check "afterwards, a well-behaved client is served" \
+	test "$(cat $CFS/after/state)" = done -a "$(ep_get after stats verify_errors)" = 0
+
+unload_cmecho
+net_cleanup
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_finished
