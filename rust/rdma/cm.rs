@@ -1002,6 +1002,19 @@ impl<H: ConnHandler> Conn<H> {
         first
     }
 
+    /// After a failure or disconnect event: an established connection's handler
+    /// learns that it ended (and closes it); one that never got established and
+    /// that no `connect` is waiting for (an accepted connection whose peer went
+    /// away before the RTU, or rejected it) is closed here, so that its QP and
+    /// buffers go at once instead of when the listener's owner stops.
+    fn after_end(&self, first: bool) {
+        if first {
+            self.handler.ended(self, EndReason::Disconnected);
+        } else if !self.inner.lock().connecting {
+            self.close();
+        }
+    }
+
     /// Releases QP resources and gives the id back to the CM, inside DEVICE_REMOVAL.
     fn device_removed(&self) {
         let was_established = self.inner.lock().state == ConnState::Established;
@@ -1064,17 +1077,13 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
             | EventKind::Rejected => {
                 let first = self.end_once();
                 self.set_state(ConnState::Failed(ev.kind, ev.status));
-                if first {
-                    self.handler.ended(self, EndReason::Disconnected);
-                }
+                self.after_end(first);
                 Verdict::Keep
             }
             EventKind::Disconnected => {
                 let first = self.end_once();
                 self.set_state(ConnState::Disconnected);
-                if first {
-                    self.handler.ended(self, EndReason::Disconnected);
-                }
+                self.after_end(first);
                 Verdict::Keep
             }
             EventKind::DeviceRemoval => {

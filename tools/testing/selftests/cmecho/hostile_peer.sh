@@ -1,17 +1,19 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# A misbehaving echo server (hostile_peer, over librdmacm) against cmecho's
-# echo-mode client: echoes sent twice, a message nobody asked for, short and
-# corrupted echoes. Each fails that one connection with a reason in last_error
-# and the stats, nothing else: no kernel-log report, no cm_id left behind, and
-# a well-behaved run right after is served. The same peer answering correctly
-# is the control that it is a working echo server.
+# A misbehaving peer (hostile_peer, over librdmacm) against cmecho: as an echo
+# server it sends echoes twice, a message nobody asked for, short and corrupted
+# echoes to cmecho's echo-mode client; as a client it asks to connect and goes
+# away before the connection is established, against a server with max_conns.
+# Each fails that one connection with a reason in last_error and the stats,
+# nothing else: no kernel-log report, no cm_id left behind, and a well-behaved
+# run right after is served. The same peer answering correctly is the control
+# that it is a working echo server.
 . "$(dirname "$0")/lib.sh"
 
 PEER=$SELFTEST_DIR/hostile_peer
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 10
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -49,6 +51,23 @@ for mode in dup unsolicited short corrupt; do
 		test "$STATE" = error -a $reason = 1
 	port=$((port + 1))
 done
+
+# Four connect requests that get a reply and never the RTU: the server's new
+# connections fail before they are established. They are released at once and
+# do not count against max_conns: two clients are served right after.
+endpoint $NS_A lim role=server addr=$ADDR_A port=7320 max_conns=2 enable=1
+ip netns exec $NS_B "$PEER" client $ADDR_A 7320 vanish 4 2>&1 | sed 's/^/# /'
+wait_for 600 sh -c "! grep -v 'state closed' $CFS/lim/connections | grep -q ."
+ktap_print_msg "lim: connections: $(tr '\n' ';' <$CFS/lim/connections)"
+ktap_check "connections failed before established are released" \
+	sh -c "! grep -v 'state closed' $CFS/lim/connections | grep -q ."
+endpoint $NS_B two role=client addr=$ADDR_A port=7320 clients=2 count=10 enable=1
+wait_done two 180
+ep_diag two
+ktap_check "max_conns 2: two clients served after the failed requests" \
+	test "$(cat $CFS/two/state)" = done
+rmdir $CFS/two
+rmdir $CFS/lim
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
