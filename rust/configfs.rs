@@ -26,6 +26,8 @@ use kernel::str::{kstrtobool_bytes, Formatter};
 const MAX_RD_ATOMIC: u8 = 128;
 /// The largest `max_conns`.
 const MAX_CONNS: u32 = 1024;
+/// The largest memory budget an endpoint takes: 16 GiB, in KiB.
+const MAX_MEM_BUDGET_KIB: u32 = 16 * 1024 * 1024;
 
 /// Creates the `cmecho` configfs subsystem.
 pub(crate) fn subsystem() -> impl PinInit<configfs::Subsystem<Root>, Error> {
@@ -93,6 +95,7 @@ impl configfs::GroupOperations for Root {
                 mode: 25,
                 depth: 26,
                 duration_ms: 27,
+                mem_budget_kib: 28,
             ],
         };
         Ok(configfs::Group::new(
@@ -410,6 +413,14 @@ endpoint_attr!(27,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.duration_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("duration_ms", |c| {
         c.duration_ms = opt_number(page, 1u32, 3_600_000, "must be unset or 1..3600000")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(28,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.mem_budget_kib)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("mem_budget_kib", |c| {
+        c.mem_budget_kib = number(page, 64u32, MAX_MEM_BUDGET_KIB, "must be 64..16777216 KiB")?;
         Ok(())
     }),
 );

@@ -33,6 +33,8 @@ pub(crate) const MAX_ADDR_LEN: usize = 64;
 pub(crate) const MAX_CLIENTS: u32 = 64;
 /// The most pings per client connection.
 pub(crate) const MAX_COUNT: u64 = 10_000_000;
+/// The default buffer memory budget of an endpoint, in KiB (256 MiB).
+pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 256 * 1024;
 
 /// Which side an endpoint plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +130,8 @@ pub(crate) struct Config {
     pub(crate) size: u32,
     /// Client connections opened at once.
     pub(crate) clients: u32,
+    /// The most buffer memory the endpoint's connections hold at once, in KiB.
+    pub(crate) mem_budget_kib: u32,
 }
 
 impl Default for Config {
@@ -153,6 +157,7 @@ impl Default for Config {
             count: 10,
             size: 64,
             clients: 1,
+            mem_budget_kib: DEFAULT_MEM_BUDGET_KIB,
         }
     }
 }
@@ -177,6 +182,26 @@ impl Config {
             p.responder_resources = r;
         }
         p
+    }
+
+    /// The buffer memory one connection of this endpoint holds, in bytes.
+    fn conn_buf_bytes(&self) -> u64 {
+        let (size, depth) = (u64::from(self.size), u64::from(self.depth));
+        let msg = u64::from(rping::MSG_LEN);
+        match (self.mode, self.role) {
+            // Echo: `depth` send and `depth` receive buffers (client), or
+            // `2 × depth` receive buffers echoed in place (server).
+            (Mode::Echo, _) => 2 * depth * size,
+            // rping: the source and sink buffers and three messages (client);
+            // one buffer of the largest size and two messages (server).
+            (Mode::Rping, Role::Client) => 2 * size + 3 * msg,
+            (Mode::Rping, Role::Server) => u64::from(rping::MAX_SIZE) + 2 * msg,
+        }
+    }
+
+    /// The budget in bytes.
+    fn mem_budget(&self) -> u64 {
+        u64::from(self.mem_budget_kib) * 1024
     }
 
     /// The ECE this endpoint offers (client) or answers with (server).
@@ -548,6 +573,23 @@ impl Endpoint {
             return Err(EINVAL);
         };
         let cfg = g.cfg;
+        let conns = if cfg.role == Role::Client {
+            u64::from(cfg.clients)
+        } else {
+            1
+        };
+        if conns * cfg.conn_buf_bytes() > cfg.mem_budget() {
+            set_error(
+                &mut g,
+                fmt!(
+                    "enable: {} connection(s) with {} KiB of buffers each exceed mem_budget_kib {}",
+                    conns,
+                    cfg.conn_buf_bytes().div_ceil(1024),
+                    cfg.mem_budget_kib
+                ),
+            );
+            return Err(EINVAL);
+        }
         g.stats = Stats::default();
         g.read_back = None;
         g.last_error = None;
@@ -883,8 +925,23 @@ impl Shared {
             return Err(RejectReason::Consumer);
         }
         let cfg = g.cfg;
+        g.run.prune();
+        let need = cfg.conn_buf_bytes();
+        let live = g.run.conns.len();
+        if (live as u64 + 1) * need > cfg.mem_budget() {
+            g.stats.rejected += 1;
+            set_error(
+                &mut g,
+                fmt!(
+                    "server: rejected a connect request: mem_budget_kib {} reached ({} connections of {} KiB)",
+                    cfg.mem_budget_kib,
+                    live,
+                    need.div_ceil(1024)
+                ),
+            );
+            return Err(RejectReason::Consumer);
+        }
         if let Some(max) = cfg.max_conns {
-            g.run.prune();
             if g.run.conns.len() >= max as usize {
                 g.stats.rejected += 1;
                 set_error(

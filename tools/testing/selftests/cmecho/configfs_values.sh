@@ -27,13 +27,14 @@ declare -A BAD=(
 	[mode]="|echox|RPING|$HUGE"
 	[depth]="|abc|0|257|-1|$HUGE"
 	[duration_ms]="|abc|0|3600001|-1|$HUGE"
+	[mem_budget_kib]="|abc|0|63|16777217|-1|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
-responder_resources max_conns mode depth duration_ms"
+responder_resources max_conns mode depth duration_ms mem_budget_kib"
 
 ktap_print_header
-ktap_set_plan 32
+ktap_set_plan 33
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -64,11 +65,12 @@ busy_writes() {
 	local ep=$1 a v before err ok=0
 	for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
 		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
-		responder_resources max_conns mode depth duration_ms enable; do
+		responder_resources max_conns mode depth duration_ms mem_budget_kib enable; do
 		fread $CFS/$ep/$a before
 		case $a in
 		role) v=server; [ "$before" = "server"$'\n' ] && v=client ;;
 		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
+		mem_budget_kib) v=128 ;;
 		enable) v=1 ;; *) v=2 ;;
 		esac
 		wr $CFS/$ep/$a "$v"
@@ -112,7 +114,8 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	ece_vendor_id=0x1234 ece_attr_mod=0x5 ece_policy=strict initiator_depth=4 \
 	responder_resources=4 max_conns=8 port=7000 count=7 size=100 clients=3 role=server \
 	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset mode=echo \
-	depth=256 duration_ms=1500 duration_ms=unset mode=rping; do
+	depth=256 duration_ms=1500 duration_ms=unset mode=rping mem_budget_kib=64 \
+	mem_budget_kib=16777216; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null

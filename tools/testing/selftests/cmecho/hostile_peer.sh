@@ -3,17 +3,18 @@
 # A misbehaving peer (hostile_peer, over librdmacm) against cmecho: as an echo
 # server it sends echoes twice, a message nobody asked for, short and corrupted
 # echoes to cmecho's echo-mode client; as a client it asks to connect and goes
-# away before the connection is established, against a server with max_conns.
-# Each fails that one connection with a reason in last_error and the stats,
-# nothing else: no kernel-log report, no cm_id left behind, and a well-behaved
-# run right after is served. The same peer answering correctly is the control
-# that it is a working echo server.
+# away before the connection is established, against a server with max_conns;
+# and more connections come than a server's memory budget holds. Each fails
+# that one connection with a reason in last_error and the stats, nothing else:
+# no kernel-log report, no cm_id left behind, and a well-behaved run right
+# after is served. The same peer answering correctly is the control that it is
+# a working echo server.
 . "$(dirname "$0")/lib.sh"
 
 PEER=$SELFTEST_DIR/hostile_peer
 
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 12
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -68,6 +69,31 @@ ktap_check "max_conns 2: two clients served after the failed requests" \
 	test "$(cat $CFS/two/state)" = done
 rmdir $CFS/two
 rmdir $CFS/lim
+
+# The memory budget: 1 MiB of buffers per echo connection (depth 8, 64 KiB),
+# room for two. A third connection is rejected with a reason and counted; a
+# client whose own connections would not fit is refused at enable.
+endpoint $NS_A mem role=server mode=echo depth=8 size=65536 addr=$ADDR_A port=7330 \
+	mem_budget_kib=2048 enable=1
+endpoint $NS_B three role=client mode=echo depth=8 size=65536 addr=$ADDR_A port=7330 \
+	clients=3 count=10000000 enable=1
+wait_for 1200 sh -c "[ \"\$(sed -n 's/^rejected //p' $CFS/mem/stats)\" = 1 ] &&
+	[ \"\$(sed -n 's/^active //p' $CFS/mem/stats)\" = 2 ]"
+ep_diag mem
+ktap_check "mem_budget_kib 2048: two 1 MiB connections served, the third rejected and counted, with a reason" \
+	test "$(ep_get mem stats rejected)" = 1 -a "$(ep_get mem stats active)" = 2 \
+	-a "$(grep -c 'mem_budget_kib 2048 reached' $CFS/mem/last_error)" = 1
+rmdir $CFS/three
+rmdir $CFS/mem
+in_ns $NS_B mkdir $CFS/big
+echo client >$CFS/big/role; echo echo >$CFS/big/mode; echo 8 >$CFS/big/depth
+echo 65536 >$CFS/big/size; echo 3 >$CFS/big/clients; echo 2048 >$CFS/big/mem_budget_kib
+echo $ADDR_A >$CFS/big/addr
+echo 1 >$CFS/big/enable 2>/tmp/big_err
+ktap_print_msg "big: enable: $(cat /tmp/big_err); last_error: $(cat $CFS/big/last_error)"
+ktap_check "mem_budget_kib: a client whose connections would not fit is refused (EINVAL), idle" \
+	sh -c "grep -q 'Invalid argument' /tmp/big_err && [ \"\$(cat $CFS/big/state)\" = idle ] && grep -q mem_budget_kib $CFS/big/last_error"
+rmdir $CFS/big
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
