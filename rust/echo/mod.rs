@@ -412,11 +412,16 @@ impl<H: EchoConn> EpConn for Conn<H> {
 /// A listener an endpoint keeps, whatever its handler type.
 trait EpListener: Send + Sync {
     fn stop(&self);
+    fn is_listening(&self) -> bool;
 }
 
 impl<L: crate::rdma::cm::ListenHandler> EpListener for Listener<L> {
     fn stop(&self) {
         Listener::stop(self)
+    }
+
+    fn is_listening(&self) -> bool {
+        Listener::is_listening(self)
     }
 }
 
@@ -463,6 +468,8 @@ struct Inner {
     setups: u32,
     /// Client connections that have not finished their pings yet.
     unfinished: u32,
+    /// An enable or disable is under way (it may drop the lock meanwhile).
+    changing: bool,
 }
 
 /// The part of an endpoint its connections share.
@@ -477,9 +484,17 @@ pub(crate) struct Shared {
 }
 
 /// One cmecho endpoint: a configfs directory.
+///
+/// Lock order: `ctl` before `Shared::inner`. `ctl` is only taken by configfs
+/// writes to `enable` and by the directory's removal, never by a CM or
+/// completion handler, so waiting for connections while holding it is fine.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Endpoint {
     shared: Arc<Shared>,
+    /// Serializes enable, disable and removal: each runs to its end before the
+    /// next starts, so two enables cannot both start a listener.
+    #[pin]
+    ctl: Mutex<()>,
 }
 
 impl Endpoint {
@@ -499,12 +514,16 @@ impl Endpoint {
                     run: Run::new(),
                     setups: 0,
                     unfinished: 0,
+                    changing: false,
                 }),
                 changed <- new_condvar!(),
             }),
             GFP_KERNEL,
         )?;
-        Ok(try_pin_init!(Self { shared }))
+        Ok(try_pin_init!(Self {
+            shared,
+            ctl <- new_mutex!(()),
+        }))
     }
 
     /// Runs `f` on the configuration if the endpoint is not enabled.
@@ -520,6 +539,16 @@ impl Endpoint {
         let mut g = self.shared.inner.lock();
         if g.enabled {
             set_error(&mut g, fmt!("{}: cannot change while enabled", attr));
+            return Err(EBUSY);
+        }
+        if g.changing {
+            set_error(
+                &mut g,
+                fmt!(
+                    "{}: cannot change while the endpoint is being enabled or disabled",
+                    attr
+                ),
+            );
             return Err(EBUSY);
         }
         let mut cfg = g.cfg;
@@ -551,12 +580,13 @@ impl Endpoint {
         self.shared.inner.lock().enabled
     }
 
-    /// Enables or disables the endpoint.
+    /// Enables or disables the endpoint, one change at a time.
     pub(crate) fn set_enabled(&self, on: bool) -> Result {
+        let _ctl = self.ctl.lock();
         if on {
             self.enable()
         } else {
-            self.disable();
+            self.shared.stop();
             Ok(())
         }
     }
@@ -595,6 +625,8 @@ impl Endpoint {
         g.last_error = None;
         match cfg.role {
             Role::Server => {
+                // Listening sleeps: `changing` keeps attribute writes out meanwhile.
+                g.changing = true;
                 drop(g);
                 let (a, p, params) = (addr.as_cstr(), cfg.port, cfg.conn_params());
                 let listening: Result<Arc<dyn EpListener>, StepError> = match cfg.mode {
@@ -614,6 +646,14 @@ impl Endpoint {
                 match listening {
                     Ok(listener) => {
                         let mut g = sh.inner.lock();
+                        g.changing = false;
+                        // Lock order: `Shared::inner`, then the listener's own.
+                        if !listener.is_listening() {
+                            // Its device went away as it started listening
+                            // (`listener_removed` has said so): not enabled.
+                            g.state = State::Error;
+                            return Err(ENODEV);
+                        }
                         g.run = Run {
                             listener: Some(listener),
                             conns: KVec::new(),
@@ -624,6 +664,7 @@ impl Endpoint {
                     }
                     Err(e) => {
                         let mut g = sh.inner.lock();
+                        g.changing = false;
                         g.state = State::Error;
                         set_error(
                             &mut g,
@@ -653,7 +694,7 @@ impl Endpoint {
                     if let Err(e) = started {
                         let mut g = sh.inner.lock();
                         g.stats.errors += 1;
-                        g.unfinished -= 1;
+                        g.unfinished = g.unfinished.saturating_sub(1);
                         set_error(&mut g, fmt!("client {}: cannot start: {}", i, ErrName(e)));
                         g.state = State::Error;
                     }
@@ -661,12 +702,6 @@ impl Endpoint {
                 Ok(())
             }
         }
-    }
-
-    /// Disables the endpoint: stops listening, closes every connection and waits for
-    /// all of it, then goes back to idle. Stats and `last_error` are kept.
-    pub(crate) fn disable(&self) {
-        self.shared.stop();
     }
 
     /// Writes `state`.
@@ -793,6 +828,7 @@ impl Endpoint {
 #[pinned_drop]
 impl PinnedDrop for Endpoint {
     fn drop(self: Pin<&mut Self>) {
+        let _ctl = self.ctl.lock();
         self.shared.stop();
     }
 }
@@ -853,6 +889,7 @@ impl Shared {
         let run = {
             let mut g = self.inner.lock();
             g.enabled = false;
+            g.changing = true;
             core::mem::replace(&mut g.run, Run::new())
         };
         // No new connections first, then close the ones there are.
@@ -869,9 +906,11 @@ impl Shared {
                 .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
         }
         let late = core::mem::replace(&mut g.run, Run::new());
-        g.state = State::Idle;
         drop(g);
         close_all(&late.conns);
+        let mut g = self.inner.lock();
+        g.state = State::Idle;
+        g.changing = false;
     }
 
     /// Keeps a connection, unless the endpoint is disabled or out of memory, in

@@ -1279,6 +1279,11 @@ impl<L: ListenHandler> Listener<L> {
         Ok(l)
     }
 
+    /// Whether the listener still has its id (a device removal takes it).
+    pub(crate) fn is_listening(&self) -> bool {
+        self.inner.lock().id.is_some()
+    }
+
     /// Stops listening: destroys the id (waiting for a running handler) and the sink.
     ///
     /// Must not be called from this listener's own event handler.
