@@ -20,7 +20,7 @@ use kernel::configfs_attrs;
 use kernel::fmt::Write as _;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use kernel::str::{kstrtobool_bytes, Formatter};
+use kernel::str::Formatter;
 
 /// The most outstanding RDMA READs an endpoint asks for (rxe's limit).
 const MAX_RD_ATOMIC: u8 = 128;
@@ -274,9 +274,10 @@ endpoint_attr!(6,
 
 endpoint_attr!(7,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", u8::from(ep.enabled())),
-    store: |ep: &Endpoint, page: &[u8]| match kstrtobool_bytes(page) {
-        Ok(on) => ep.set_enabled(on),
-        Err(_) => Err(ep.invalid("enable", "must be 0 or 1")),
+    store: |ep: &Endpoint, page: &[u8]| match text(page) {
+        Ok("1") => ep.set_enabled(true),
+        Ok("0") => ep.set_enabled(false),
+        _ => Err(ep.invalid("enable", "must be 0 or 1")),
     },
 );
 

@@ -13,7 +13,7 @@ declare -A BAD=(
 	[count]="|abc|0|-1|10000001|99999999999999999999|$HUGE"
 	[size]="|abc|0|-1|65537|$HUGE"
 	[clients]="|abc|0|-1|65|$HUGE"
-	[enable]="abc|2|-1|$HUGE"
+	[enable]="abc|2|-1|10|yes|on|true|0x1|01|+1|$HUGE"
 	[min_rnr_timer]="|abc|32|-1|$HUGE"
 	[retry_count]="|abc|8|-1|$HUGE"
 	[rnr_retry_count]="|abc|8|-1|$HUGE"
@@ -34,7 +34,7 @@ rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib"
 
 ktap_print_header
-ktap_set_plan 33
+ktap_set_plan 34
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -142,6 +142,19 @@ rmdir $CFS/ep
 in_ns $NS_A mkdir $CFS/ep
 echo server >$CFS/ep/role
 echo $ADDR_A >$CFS/ep/addr
+# With addr set, anything but 0 or 1 would start the endpoint if it were taken
+# for a boolean.
+ok=1
+for v in 10 yes on true y 0x1 01; do
+	write enable $v
+	if [[ $ERR != *"Invalid argument"* ]] || [ "$(cat $CFS/ep/state)" != idle ]; then
+		ktap_print_msg "enable='$v': '${ERR:-success}', state $(cat $CFS/ep/state)"
+		ok=0
+		echo 0 >$CFS/ep/enable
+	fi
+done
+ktap_check "enable: only 0 or 1; 10, yes, on, true, y, 0x1, 01 refused, still idle" \
+	test $ok = 1 -a "$(grep -c 'must be 0 or 1' $CFS/ep/last_error)" = 1
 echo 1 >$CFS/ep/enable
 ktap_check "listening server: writes while enabled fail with EBUSY and change nothing" busy_writes ep
 ktap_check "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
