@@ -215,7 +215,7 @@ endpoint_attr!(1,
     store: |ep: &Endpoint, page: &[u8]| ep.configure("addr", |c| {
         const MSG: &str = "must be an IPv4 or IPv6 address";
         let a = Addr::new(text(page)?).ok_or(MSG)?;
-        if !crate::rdma::cm::valid_addr(a.as_cstr()) {
+        if !ep.valid_addr(&a) {
             return Err(MSG);
         }
         c.addr = Some(a);

@@ -570,6 +570,12 @@ impl Endpoint {
         EINVAL
     }
 
+    /// Whether `a` is one address, its scope (if any) an interface of the
+    /// endpoint's network namespace.
+    pub(crate) fn valid_addr(&self, a: &Addr) -> bool {
+        self.shared.net.valid_addr(a.as_cstr())
+    }
+
     /// Reads the configuration.
     pub(crate) fn config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
         f(&self.shared.inner.lock().cfg)

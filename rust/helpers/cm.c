@@ -8,6 +8,7 @@
  * CM on Rust's behalf and turn those structs into plain scalars. They hold no
  * policy: the order of calls is decided, and enforced, in Rust.
  */
+#include <linux/ctype.h>
 #include <linux/err.h>
 #include <linux/inet.h>
 #include <linux/nsproxy.h>
@@ -94,11 +95,26 @@ static int cmecho_parse(struct net *net, const char *addr, u16 port,
 	return inet_pton_with_scope(net, AF_UNSPEC, addr, port_str, ss);
 }
 
-int cmecho_parse_addr(const char *addr)
+/*
+ * Whether @addr is exactly one address, a scope naming an interface of @net.
+ * in4_pton() stops at a colon or a newline, so an IPv4 address is also checked
+ * to be nothing but digits and dots ("10.0.0.1:80" is not an address).
+ */
+int cmecho_parse_addr(struct net *net, const char *addr)
 {
 	struct sockaddr_storage ss;
+	const char *c;
+	int ret;
 
-	return cmecho_parse(&init_net, addr, 0, &ss);
+	ret = cmecho_parse(net, addr, 0, &ss);
+	if (ret)
+		return ret;
+	if (ss.ss_family == AF_INET) {
+		for (c = addr; *c; c++)
+			if (!isdigit(*c) && *c != '.')
+				return -EINVAL;
+	}
+	return 0;
 }
 
 int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,

@@ -53,7 +53,7 @@ u32 cmecho_net_inum(const struct net *net);
 struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx);
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
 void cmecho_cm_destroy_id(struct rdma_cm_id *id);
-int cmecho_parse_addr(const char *addr);
+int cmecho_parse_addr(struct net *net, const char *addr);
 int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
 			   u16 port, int timeout_ms);
 int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u16 port,

@@ -109,6 +109,14 @@ impl NetNs {
         unsafe { ffi::cmecho_net_inum(self.0.as_ptr()) }
     }
 
+    /// Whether `addr` is exactly one IPv4 or IPv6 address, nothing after it, with
+    /// an optional `%scope` naming an interface of this namespace.
+    pub(crate) fn valid_addr(&self, addr: &CStr) -> bool {
+        // SAFETY: By the type invariant `self.0` is a valid `struct net`; `addr` is
+        // a valid NUL-terminated string, which the helper only reads.
+        unsafe { ffi::cmecho_parse_addr(self.0.as_ptr(), addr.as_char_ptr()) == 0 }
+    }
+
     fn as_ptr(&self) -> *mut ffi::Net {
         self.0.as_ptr()
     }
@@ -119,12 +127,6 @@ impl Drop for NetNs {
         // SAFETY: By the type invariant this value owns one reference.
         unsafe { ffi::cmecho_net_put(self.0.as_ptr()) };
     }
-}
-
-/// Whether `addr` is an IPv4 or IPv6 address (with an optional `%scope`).
-pub(crate) fn valid_addr(addr: &CStr) -> bool {
-    // SAFETY: `addr` is a valid NUL-terminated string; the helper only parses it.
-    unsafe { ffi::cmecho_parse_addr(addr.as_char_ptr()) == 0 }
 }
 
 /// A CM event, decoded from `struct rdma_cm_event`.

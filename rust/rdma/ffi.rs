@@ -68,7 +68,7 @@ extern "C" {
     pub(crate) fn cmecho_cm_create_id(net: *mut Net, ctx: *mut c_void) -> *mut RdmaCmId;
     pub(crate) fn cmecho_cm_set_context(id: *mut RdmaCmId, ctx: *mut c_void);
     pub(crate) fn cmecho_cm_destroy_id(id: *mut RdmaCmId);
-    pub(crate) fn cmecho_parse_addr(addr: *const c_char) -> c_int;
+    pub(crate) fn cmecho_parse_addr(net: *mut Net, addr: *const c_char) -> c_int;
     pub(crate) fn cmecho_cm_resolve_addr(
         id: *mut RdmaCmId,
         net: *mut Net,

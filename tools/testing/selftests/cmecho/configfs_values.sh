@@ -7,7 +7,7 @@
 HUGE=$(head -c 3000 /dev/zero | tr '\0' 7)
 declare -A BAD=(
 	[role]="|serverx|1|$HUGE"
-	[addr]="|abc|1.2.3.4.5|999.1.1.1|::g|$HUGE"
+	[addr]="|abc|1.2.3.4.5|999.1.1.1|::g|10.77.0.1:80|1.2.3.4 5|fe80::1%nosuchdev|$HUGE"
 	[port]="|abc|0|-1|65536|99999999999999999999|7174x|$HUGE"
 	[ack_timeout]="|abc|32|-1|1.5|255|unsetx|$HUGE"
 	[count]="|abc|0|-1|10000001|99999999999999999999|$HUGE"
@@ -34,7 +34,7 @@ rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib"
 
 ktap_print_header
-ktap_set_plan 34
+ktap_set_plan 35
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -140,6 +140,10 @@ ktap_check "enable on an address no device has: fails with a reason, stays disab
 
 rmdir $CFS/ep
 in_ns $NS_A mkdir $CFS/ep
+# A scope names an interface of the endpoint's own namespace (va is in a only).
+write addr "fe80::1%va"
+ktap_check "addr: a scoped IPv6 address of the endpoint's namespace is accepted" \
+	test -z "$ERR" -a "$(cat $CFS/ep/addr)" = "fe80::1%va"
 echo server >$CFS/ep/role
 echo $ADDR_A >$CFS/ep/addr
 # With addr set, anything but 0 or 1 would start the endpoint if it were taken
