@@ -1017,23 +1017,41 @@ impl<H: ConnHandler> Conn<H> {
         }
     }
 
-    /// Releases QP resources and gives the id back to the CM, inside DEVICE_REMOVAL.
-    fn device_removed(&self) {
-        let was_established = self.inner.lock().state == ConnState::Established;
-        let (id, res, sink) = {
+    /// Handles DEVICE_REMOVAL: decides who destroys the id, and takes it, in one
+    /// critical section.
+    ///
+    /// - `connect` is using the id: it sees the state, fails, and destroys the QP
+    ///   and the id itself, which the CM waits for ([`Verdict::Keep`]).
+    /// - A close took the id already and is destroying it; `rdma_destroy_id`
+    ///   waits for this handler ([`Verdict::Keep`]).
+    /// - Otherwise this path takes the id, the QP resources and the sink, releases
+    ///   the resources and gives the id back to the CM ([`Verdict::DestroyId`]):
+    ///   a close that comes later finds nothing to release.
+    fn device_removed(&self) -> Verdict {
+        let (id, res, sink, was_established) = {
             let mut g = self.inner.lock();
+            if g.connecting {
+                if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
+                    g.state = ConnState::DeviceRemoved;
+                }
+                drop(g);
+                self.changed.notify_all();
+                return Verdict::Keep;
+            }
+            let Some(id) = g.id.take() else {
+                return Verdict::Keep;
+            };
+            let was_established = g.state == ConnState::Established;
             if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
                 g.state = ConnState::DeviceRemoved;
             }
-            (g.id.take(), g.res.take(), g.sink.take())
+            (id, g.res.take(), g.sink.take(), was_established)
         };
         if let Some(res) = res {
             // Not in a completion handler: draining is allowed here.
             res.destroy::<Self>();
         }
-        if let Some(id) = id {
-            id.hand_back();
-        }
+        id.hand_back();
         // Not freed here: the trampoline frees the box once the CM has the id.
         let _freed_by_trampoline = sink;
         self.changed.notify_all();
@@ -1046,6 +1064,7 @@ impl<H: ConnHandler> Conn<H> {
         if first {
             self.handler.ended(self, EndReason::DeviceRemoval);
         }
+        Verdict::DestroyId
     }
 }
 
@@ -1088,21 +1107,7 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                 self.after_end(first);
                 Verdict::Keep
             }
-            EventKind::DeviceRemoval => {
-                let connecting = self.inner.lock().connecting;
-                if connecting {
-                    // `connect` is using the id: it sees the state, fails, and
-                    // destroys the QP and the id itself, which the CM waits for.
-                    self.set_state(ConnState::DeviceRemoved);
-                    Verdict::Keep
-                } else if self.inner.lock().id.is_some() {
-                    self.device_removed();
-                    Verdict::DestroyId
-                } else {
-                    // A close is destroying the id right now; it waits for us.
-                    Verdict::Keep
-                }
-            }
+            EventKind::DeviceRemoval => self.device_removed(),
             _ => Verdict::Keep,
         };
         self.inner.lock().handler_task = 0;
@@ -1265,15 +1270,18 @@ impl<L: ListenHandler> Listener<L> {
                 return Err(step_err("rdma_create_id", e));
             }
         };
-        let idp = id.as_ptr();
-        {
+        let ret = {
             let mut g = l.inner.lock();
+            // SAFETY: The id is live: we created it and hold the lock that a
+            // device removal, `stop` and `Drop` take before giving it up, so it
+            // stays live until this returns.
+            let ret = unsafe {
+                ffi::cmecho_cm_listen(id.as_ptr(), net.as_ptr(), addr.as_char_ptr(), port, 128)
+            };
             g.id = Some(id);
             g.sink = Some(sink);
-        }
-        // SAFETY: The id is live: only `stop` and `Drop` destroy it.
-        let ret =
-            unsafe { ffi::cmecho_cm_listen(idp, net.as_ptr(), addr.as_char_ptr(), port, 128) };
+            ret
+        };
         if let Err(e) = to_step("rdma_listen", ret) {
             l.stop();
             return Err(e);

@@ -1,0 +1,98 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Device removal racing everything else: the server's device removed while the
+# server closes its 16 connections, the client's device removed while its 16
+# connections close, during address and route resolution, during a connect
+# that gets no answer, and `modprobe -r rdma_rxe` under load. Each returns,
+# each endpoint says what happened, nothing of cmecho is left, and the kernel
+# log has no report (a double destroy shows as a KASAN or SLUB report).
+. "$(dirname "$0")/lib.sh"
+
+ROUNDS=4
+
+ktap_print_header
+ktap_set_plan 8
+dmesg_mark
+load_cmecho
+
+# links_up: (re)creates both rxe links on the existing namespaces.
+links_up() {
+	ip netns exec $NS_A rdma link add $RXE_A type rxe netdev va 2>/dev/null
+	ip netns exec $NS_B rdma link add $RXE_B type rxe netdev vb 2>/dev/null
+	wait_for 100 sh -c "rdma link show | grep -q '$RXE_A/' && rdma link show | grep -q '$RXE_B/'"
+}
+
+# busy PORT: a server on PORT in a and a client with 16 connections in b,
+# pinging; true once all 16 are established.
+busy() {
+	endpoint $NS_A srv role=server addr=$ADDR_A port=$1 enable=1 &&
+		endpoint $NS_B cli role=client addr=$ADDR_A port=$1 clients=16 count=10000000 enable=1 &&
+		wait_for 1200 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 16 ]"
+}
+
+# Each side in turn: its endpoint disables (closing 16 connections) while its
+# device goes away, both started together, ROUNDS times.
+net_setup || ktap_print_msg "network setup failed"
+for side in server client; do
+	ok=1
+	for ((r = 0; r < ROUNDS; r++)); do
+		busy $((7500 + r)) || { ktap_print_msg "$side round $r: not all connected"; ep_diag srv; }
+		if [ $side = server ]; then
+			ep=srv link=$RXE_A
+		else
+			ep=cli link=$RXE_B
+		fi
+		echo 0 >$CFS/$ep/enable &
+		pd=$!
+		rdma link del $link
+		wait $pd
+		rmdir $CFS/cli $CFS/srv || ok=0
+		no_cmecho_cm_ids || ok=0
+		links_up || { ktap_print_msg "rxe links not back"; ok=0; }
+	done
+	ktap_check "$side: device removed while the $side closes 16 connections, $ROUNDS times: all returns, nothing left" \
+		test $ok = 1
+done
+
+# The client's device goes away while it resolves the address and the route.
+endpoint $NS_A srv role=server addr=$ADDR_A port=7510 enable=1
+endpoint $NS_B cli role=client addr=$ADDR_A port=7510 clients=16 count=10000000 enable=1
+rdma link del $RXE_B
+wait_done cli 120
+ep_diag cli
+ktap_check "client's device removed while connecting: the client ends in error with a reason" \
+	test "$(cat $CFS/cli/state)" = error -a "$(cat $CFS/cli/last_error)" != none
+rmdir $CFS/cli
+links_up
+
+# A connect nobody answers (everything a sends is lost), then the device goes.
+ip netns exec $NS_A tc qdisc add dev va root netem loss 100%
+ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
+	lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
+endpoint $NS_B cli role=client addr=$ADDR_A port=7510 count=10 enable=1
+wait_for 100 sh -c "[ \"\$(cat $CFS/cli/state)\" = connecting ]"
+rdma link del $RXE_B
+wait_done cli 120
+ep_diag cli
+ktap_check "client's device removed during an unanswered connect: error with a reason" \
+	test "$(cat $CFS/cli/state)" = error -a "$(cat $CFS/cli/last_error)" != none
+rmdir $CFS/cli
+ip netns exec $NS_A tc qdisc del dev va root
+links_up
+
+# Unloading the provider under load: every device goes at once.
+rmdir $CFS/srv
+busy 7520 || ep_diag srv
+modprobe -r rdma_rxe
+ktap_check "modprobe -r rdma_rxe under load returns" test $? = 0
+ep_diag srv
+ep_diag cli
+ktap_check "both ends say the device was removed" \
+	sh -c "grep -q 'device was removed' $CFS/srv/last_error && grep -q 'device was removed' $CFS/cli/last_error"
+rmdir $CFS/cli $CFS/srv
+ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
+
+unload_cmecho
+net_cleanup
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_finished
