@@ -11,7 +11,7 @@
 use super::rping::{self, Msg, MSG_LEN};
 use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::cm::{Conn, ConnHandler, EndReason};
-use crate::rdma::verbs::{QpConfig, WcError};
+use crate::rdma::verbs::{QpConfig, WcError, TAG_REG};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 use kernel::time::{Instant, Monotonic};
@@ -256,7 +256,11 @@ impl ConnHandler for ClientConn {
         match status {
             Err(e) if e.is_flush() => {}
             Err(e) => {
-                let op = if tag == T_RECV { "RECV" } else { "SEND" };
+                let op = match tag {
+                    T_RECV => "RECV",
+                    TAG_REG => "memory registration",
+                    _ => "SEND",
+                };
                 self.fail(conn, fmt!("{} failed: {}", op, e));
             }
             Ok(len) if tag == T_RECV => {

@@ -13,7 +13,7 @@ use crate::rdma::cm::{
     Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
 };
 use crate::rdma::params::Ece;
-use crate::rdma::verbs::{QpConfig, WcError};
+use crate::rdma::verbs::{QpConfig, WcError, TAG_REG};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
@@ -208,6 +208,7 @@ impl ConnHandler for ServerConn {
                     T_RECV => "RECV",
                     T_SEND => "SEND",
                     T_READ => "RDMA READ",
+                    TAG_REG => "memory registration",
                     _ => "RDMA WRITE",
                 };
                 self.fail(conn, fmt!("{} failed: {}", op, e));

@@ -82,6 +82,8 @@ int cmecho_cm_query_qp(struct rdma_cm_id *id, u32 *qp_num, u8 *state, u8 *timeou
 		       u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
 
 /* verbs.c */
+/* The tag of a failed memory registration (cmecho_res_buf_reg). */
+#define CMECHO_TAG_REG 0xffffffffU
 typedef void (*cmecho_completion_fn)(void *ctx, u32 tag, int status, u32 byte_len);
 struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn done,
 				     void *ctx, u32 ntags, u32 nbufs, u32 max_send_wr,

@@ -43,6 +43,8 @@ struct cmecho_res {
 	u32 ntags;
 	struct cmecho_buf *bufs;
 	struct cmecho_tag *tags;
+	/* The unsignaled IB_WR_REG_MR: completes only when it fails. */
+	struct ib_cqe reg_cqe;
 };
 
 static void cmecho_wc_done(struct ib_cq *cq, struct ib_wc *wc)
@@ -50,6 +52,15 @@ static void cmecho_wc_done(struct ib_cq *cq, struct ib_wc *wc)
 	struct cmecho_tag *t = container_of(wc->wr_cqe, struct cmecho_tag, cqe);
 
 	t->res->done(t->res->ctx, t->tag, wc->status, wc->byte_len);
+}
+
+/* A failed (or flushed) memory registration, reported as tag CMECHO_TAG_REG. */
+static void cmecho_reg_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct cmecho_res *res = container_of(wc->wr_cqe, struct cmecho_res, reg_cqe);
+
+	if (wc->status != IB_WC_SUCCESS)
+		res->done(res->ctx, CMECHO_TAG_REG, wc->status, 0);
 }
 
 struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn done,
@@ -70,6 +81,7 @@ struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn
 	res->dev = id->device;
 	res->done = done;
 	res->ctx = ctx;
+	res->reg_cqe.done = cmecho_reg_done;
 	res->nbufs = nbufs;
 	res->ntags = ntags;
 	res->bufs = kcalloc(nbufs, sizeof(*res->bufs), GFP_KERNEL);
@@ -247,8 +259,9 @@ void cmecho_res_buf_sync(struct cmecho_res *res, u32 idx, bool for_cpu)
 /*
  * Registers buffer @idx for remote access (read, or write when @remote_write)
  * with an IB_WR_REG_MR posted unsignaled ahead of whatever the caller posts
- * next; the send queue executes it first. Returns the rkey and address to
- * advertise.
+ * next; the send queue executes it first. Only a failure completes it: the
+ * completion function then sees tag CMECHO_TAG_REG with the error status.
+ * Returns the rkey and address to advertise.
  */
 int cmecho_res_buf_reg(struct cmecho_res *res, u32 idx, bool remote_write, u32 *rkey,
 		       u64 *addr)
@@ -269,6 +282,7 @@ int cmecho_res_buf_reg(struct cmecho_res *res, u32 idx, bool remote_write, u32 *
 	ib_update_fast_reg_key(b->mr, ib_inc_rkey(b->mr->rkey));
 	wr.wr.opcode = IB_WR_REG_MR;
 	wr.wr.send_flags = 0;
+	wr.wr.wr_cqe = &res->reg_cqe;
 	wr.mr = b->mr;
 	wr.key = b->mr->rkey;
 	wr.access = IB_ACCESS_LOCAL_WRITE |

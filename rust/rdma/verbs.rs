@@ -31,6 +31,10 @@ pub(crate) struct QpConfig {
     pub(crate) max_recv_wr: u32,
 }
 
+/// The tag a fast registration ([`ResPtr::reg_buf`]) completes with, only when it
+/// fails (`CMECHO_TAG_REG`); ULP tags are below [`QpConfig::ntags`], never this.
+pub(crate) const TAG_REG: u32 = u32::MAX;
+
 /// A failed work completion: the `ib_wc_status` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WcError(pub(crate) i32);
