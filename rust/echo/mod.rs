@@ -530,7 +530,7 @@ impl Endpoint {
     ///
     /// `f` either changes the configuration or returns an error message, in which
     /// case nothing changed. The error becomes `last_error`; a change while enabled
-    /// fails with `EBUSY`.
+    /// fails with `EBUSY`, as does one while an enable or disable is under way.
     pub(crate) fn configure(
         &self,
         attr: &str,
@@ -907,9 +907,16 @@ impl Shared {
         // wait for them, and close what they registered meanwhile.
         let mut g = self.inner.lock();
         while g.setups > 0 {
-            let _ = self
+            // A pending signal must not make this spin: wait uninterruptibly
+            // for the setup's wake-up then.
+            if let kernel::sync::CondVarTimeoutResult::Signal { .. } = self
                 .changed
-                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100))
+            {
+                if g.setups > 0 {
+                    self.changed.wait(&mut g);
+                }
+            }
         }
         let late = core::mem::replace(&mut g.run, Run::new());
         drop(g);

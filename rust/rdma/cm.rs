@@ -934,10 +934,17 @@ impl<H: ConnHandler> Conn<H> {
         self.close_now();
         let mut g = self.inner.lock();
         while g.state != ConnState::Closed {
-            // A concurrent close is finishing: wait for it.
-            let _ = self
+            // A concurrent close is finishing: wait for it. A pending signal
+            // cannot cut this short (the close must finish), nor make it spin:
+            // then the wait is uninterruptible, until the closer's wake-up.
+            if let kernel::sync::CondVarTimeoutResult::Signal { .. } = self
                 .changed
-                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100));
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(100))
+            {
+                if g.state != ConnState::Closed {
+                    self.changed.wait(&mut g);
+                }
+            }
         }
         Ok(())
     }
