@@ -34,7 +34,7 @@ rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib"
 
 ktap_print_header
-ktap_set_plan 35
+ktap_set_plan 38
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -123,6 +123,41 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	[ "$got" = "$v" ] || { ktap_print_msg "$a: wrote '$v', read '$got'"; rt=0; }
 done
 ktap_check "good values read back exactly as written (unset where unset)" test $rt = 1
+
+# Every form a write can take. Without a trailing newline, and with a leading
+# "+" (as kstrtoul reads numbers), a value is taken; an embedded NUL, bytes that
+# are not UTF-8 and more than a page are refused, changing nothing.
+ok=1
+{ printf 7001 >$CFS/ep/port; } 2>/dev/null && fread $CFS/ep/port v && [ "$v" = $'7001\n' ] ||
+	{ ktap_print_msg "port without a newline: read back $v"; ok=0; }
+{ printf '+7002\n' >$CFS/ep/port; } 2>/dev/null && fread $CFS/ep/port v && [ "$v" = $'7002\n' ] ||
+	{ ktap_print_msg "port '+7002': read back $v"; ok=0; }
+ktap_check "write forms: no trailing newline and a leading + are taken" test $ok = 1
+ok=1
+for form in nul utf8 page; do
+	case $form in
+	nul) { printf '70\x0003' >$CFS/ep/port; } 2>/tmp/cfs_err ;;
+	utf8) { printf 'serv\xffer' >$CFS/ep/role; } 2>/tmp/cfs_err ;;
+	page) { head -c 5000 /dev/zero | tr '\0' 7 >$CFS/ep/port; } 2>/tmp/cfs_err ;;
+	esac
+	IFS= read -r ERR </tmp/cfs_err
+	if [[ $ERR != *"Invalid argument"* ]] || [ "$(cat $CFS/ep/port)" != 7002 ] ||
+		[ "$(cat $CFS/ep/role)" != server ]; then
+		ktap_print_msg "$form: '${ERR:-success}', port $(cat $CFS/ep/port), role $(cat $CFS/ep/role)"
+		ok=0
+	fi
+done
+ktap_print_msg "after the refused forms, last_error: $(cat $CFS/ep/last_error)"
+ktap_check "write forms: an embedded NUL, non-UTF-8 and more than a page are refused (EINVAL), nothing changed" \
+	test $ok = 1
+# An unprivileged user can neither write an attribute nor make an endpoint.
+setpriv --reuid=65534 --regid=65534 --clear-groups sh -c "echo 7003 >$CFS/ep/port" 2>/tmp/cfs_err
+rc=$?
+setpriv --reuid=65534 --regid=65534 --clear-groups mkdir $CFS/nobody 2>>/tmp/cfs_err
+rc2=$?
+ktap_print_msg "unprivileged: $(tr '\n' ' ' </tmp/cfs_err)"
+ktap_check "write forms: an unprivileged user is refused, nothing changed" \
+	test $rc != 0 -a $rc2 != 0 -a "$(cat $CFS/ep/port)" = 7002 -a ! -e $CFS/nobody
 rmdir $CFS/ep
 mkdir $CFS/ep
 
