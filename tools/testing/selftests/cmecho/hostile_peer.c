@@ -2,7 +2,7 @@
 /*
  * hostile_peer: a misbehaving echo-mode peer for cmecho's selftests.
  *
- *   hostile_peer server ADDR PORT MODE [SECONDS]
+ *   hostile_peer server ADDR PORT MODE [SECONDS [LAST]]
  *
  * Listens on ADDR:PORT (RDMA_PS_TCP), accepts one connection and answers each
  * message a cmecho echo-mode client sends, the wrong way:
@@ -13,6 +13,9 @@
  *   short        every echo is one byte shorter than the message
  *   corrupt      every echo has its last byte flipped
  *   good         every message is echoed once, as sent (the control)
+ *   burst        every message is echoed once, and the LAST-th one (default
+ *                20) is followed at once by four more copies of its echo,
+ *                arriving right after the client has what it asked for
  *
  * It exits 0 once the connection ended (the peer disconnected), 1 on a setup
  * error, 2 when nothing happened for SECONDS (default 120).
@@ -38,7 +41,7 @@
 #define SLOTS 16
 #define BUF_SIZE 65536
 
-enum mode { DUP, UNSOLICITED, SHORT, CORRUPT, GOOD };
+enum mode { DUP, UNSOLICITED, SHORT, CORRUPT, GOOD, BURST };
 
 struct peer {
 	enum mode mode;
@@ -48,7 +51,7 @@ struct peer {
 	struct ibv_mr *mr;
 	char *buf;		/* SLOTS receive buffers, then SLOTS send buffers */
 	unsigned int next_send;
-	unsigned long received, sent;
+	unsigned long received, sent, last;
 };
 
 static void die(const char *what)
@@ -112,6 +115,15 @@ static void answer(struct peer *p, unsigned int k, unsigned int len)
 		if (len)
 			m[len - 1] ^= 0x5a;
 		post_send(p, m, len);
+		break;
+	case BURST:
+		post_send(p, m, len);
+		if (p->received == p->last) {
+			int i;
+
+			for (i = 0; i < 4; i++)
+				post_send(p, m, len);
+		}
 		break;
 	default:
 		post_send(p, m, len);
@@ -260,7 +272,9 @@ static int vanish(const char *addr, const char *port, int n)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = { "dup", "unsolicited", "short", "corrupt", "good" };
+	static const char *const names[] = {
+		"dup", "unsolicited", "short", "corrupt", "good", "burst"
+	};
 	struct rdma_event_channel *ch;
 	struct sockaddr_storage ss;
 	struct rdma_cm_id *listen_id;
@@ -274,7 +288,7 @@ int main(int argc, char **argv)
 	if (argc == 6 && !strcmp(argv[1], "client") && !strcmp(argv[4], "vanish"))
 		return vanish(argv[2], argv[3], atoi(argv[5]));
 	if (argc < 5 || strcmp(argv[1], "server")) {
-		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good [SECONDS]\n"
+		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst [SECONDS [LAST]]\n"
 			"       %s client ADDR PORT vanish N\n", argv[0], argv[0]);
 		return 1;
 	}
@@ -288,6 +302,7 @@ int main(int argc, char **argv)
 	p.mode = i;
 	if (argc > 5)
 		seconds = atoi(argv[5]);
+	p.last = argc > 6 ? strtoul(argv[6], NULL, 0) : 20;
 
 	if (parse_addr(argv[2], argv[3], &ss))
 		return 1;
