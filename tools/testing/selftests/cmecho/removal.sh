@@ -2,16 +2,16 @@
 # SPDX-License-Identifier: GPL-2.0
 # Device removal racing everything else: the server's device removed while the
 # server closes its 16 connections, the client's device removed while its 16
-# connections close, during address and route resolution, during a connect
-# that gets no answer, and `modprobe -r rdma_rxe` under load. Each returns,
-# each endpoint says what happened, nothing of cmecho is left, and the kernel
-# log has no report (a double destroy shows as a KASAN or SLUB report).
+# connections close, during address and route resolution, and during a
+# connect that gets no answer. Each returns, each endpoint says what happened,
+# nothing of cmecho is left, and the kernel log has no report (a double
+# destroy shows as a KASAN or SLUB report).
 . "$(dirname "$0")/lib.sh"
 
 ROUNDS=2
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 6
 dmesg_mark
 load_cmecho
 
@@ -111,16 +111,7 @@ rmdir $CFS/cli
 ip netns exec $NS_A tc qdisc del dev va root
 links_up
 
-# Unloading the provider under load: every device goes at once.
 rmdir $CFS/srv
-busy 7520 || ep_diag srv
-modprobe -r rdma_rxe
-ktap_check "modprobe -r rdma_rxe under load returns" test $? = 0
-ep_diag srv
-ep_diag cli
-ktap_check "both ends say the device was removed" \
-	sh -c "grep -q 'device was removed' $CFS/srv/last_error && grep -q 'device was removed' $CFS/cli/last_error"
-rmdir $CFS/cli $CFS/srv
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
 unload_cmecho
