@@ -13,24 +13,7 @@ dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
-# The loops below wait and poll with builtins only: on the debug kernel under
-# TCG a process creation costs about a second. nap SECONDS sleeps (a read that
-# times out on a pipe nobody writes).
-exec {NAP_FD}<> <(:)
-nap() {
-	read -r -t "$1" -u "$NAP_FD" _
-	return 0
-}
-
-# state_is EP STATE TRIES: polls EP's state every 0.1 s until it is STATE.
-state_is() {
-	local i s
-	for ((i = 0; i < $3; i++)); do
-		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
-		nap 0.1
-	done
-	return 1
-}
+# The loops below wait and poll with builtins only (nap, state_is).
 
 # cmecho_listeners: how many ids of cmecho listen (any namespace, any port).
 cmecho_listeners() {

@@ -78,6 +78,38 @@ wait_for() {
 	return 1
 }
 
+# Polls that fork nothing: on the debug kernel under TCG a process creation
+# costs about a second. nap SECONDS sleeps: a read that times out on a pipe
+# nobody writes, opened on first use (in each subshell that naps).
+nap() {
+	[ -n "${NAP_FD:-}" ] || exec {NAP_FD}<> <(:)
+	read -r -t "$1" -u "$NAP_FD" _
+	return 0
+}
+
+# state_is EP STATE TRIES: polls every 0.1 s until EP's state is STATE.
+state_is() {
+	local i s
+	for ((i = 0; i < $3; i++)); do
+		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
+		nap 0.1
+	done
+	return 1
+}
+
+# key_is EP ATTR KEY VALUE TRIES: polls every 0.1 s until EP's ATTR has the
+# line "KEY VALUE".
+key_is() {
+	local i line
+	for ((i = 0; i < $5; i++)); do
+		while read -r line; do
+			[ "$line" = "$3 $4" ] && return 0
+		done <"$CFS/$1/$2"
+		nap 0.1
+	done
+	return 1
+}
+
 # Two namespaces, a veth pair between them, an rxe link on each end.
 net_setup() {
 	net_cleanup

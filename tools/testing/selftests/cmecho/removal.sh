@@ -15,36 +15,7 @@ ktap_set_plan 6
 dmesg_mark
 load_cmecho
 
-# Polls use builtins only: a process creation costs about a second on the
-# debug kernel under TCG. nap SECONDS sleeps (a read that times out).
-exec {NAP_FD}<> <(:)
-nap() {
-	read -r -t "$1" -u "$NAP_FD" _
-	return 0
-}
-
-# key_is EP ATTR KEY VALUE TRIES: polls every 0.1 s until EP's ATTR has the
-# line "KEY VALUE".
-key_is() {
-	local i line
-	for ((i = 0; i < $5; i++)); do
-		while read -r line; do
-			[ "$line" = "$3 $4" ] && return 0
-		done <"$CFS/$1/$2"
-		nap 0.1
-	done
-	return 1
-}
-
-# state_is EP STATE TRIES: polls every 0.1 s until EP's state is STATE.
-state_is() {
-	local i s
-	for ((i = 0; i < $3; i++)); do
-		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
-		nap 0.1
-	done
-	return 1
-}
+# Polls use builtins only (nap, state_is, key_is from lib.sh).
 
 # links_up: (re)creates both rxe links on the existing namespaces.
 links_up() {
