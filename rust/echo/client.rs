@@ -125,9 +125,14 @@ impl ClientConn {
         let n = p.n;
         let src = p.src;
         conn.with_res(|res| {
-            res.with_buf(B_SRC, |b| rping::fill_payload(b, n))?;
-            res.with_buf(B_SINK, |b| b.fill(0))?;
-            res.with_buf(B_SRC_MSG, |b| src.encode(b))??;
+            let total = self.size as usize;
+            res.produce_buf(B_SRC, self.size, |at, c| {
+                rping::fill_payload_at(c, at, total, n)
+            })?;
+            res.produce_buf(B_SINK, self.size, |_, c| c.fill(0))?;
+            let mut m = [0u8; MSG_LEN as usize];
+            src.encode(&mut m)?;
+            res.write_buf(B_SRC_MSG, 0, &m)?;
             res.post_send(T_SEND, B_SRC_MSG, 0, MSG_LEN)
         })?;
         p.phase = Phase::WaitRead;
@@ -146,7 +151,9 @@ impl ClientConn {
             Phase::WaitRead => {
                 let sink = self.progress.lock().sink;
                 conn.with_res(|res| {
-                    res.with_buf(B_SINK_MSG, |b| sink.encode(b))??;
+                    let mut m = [0u8; MSG_LEN as usize];
+                    sink.encode(&mut m)?;
+                    res.write_buf(B_SINK_MSG, 0, &m)?;
                     res.post_send(T_SEND, B_SINK_MSG, 0, MSG_LEN)
                 })
                 .map_err(|_| "cannot send the sink buffer")?;
@@ -155,7 +162,7 @@ impl ClientConn {
             }
             Phase::WaitWrite => {
                 let same = conn
-                    .with_res(|res| res.with_buf(B_SRC, |s| res.with_buf(B_SINK, |d| s == &*d))?)
+                    .with_res(|res| res.same_bytes(B_SRC, B_SINK))
                     .map_err(|_| "cannot read the buffers")?;
                 if !same {
                     self.shared.stats(|s| s.verify_errors += 1);

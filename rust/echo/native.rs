@@ -30,36 +30,38 @@ pub(crate) const MAX_DEPTH: u32 = 256;
 /// Writes the content of message `seq` into `buf`: its sequence number
 /// (little-endian, as much of it as fits) followed by bytes derived from it.
 pub(crate) fn fill(buf: &mut [u8], seq: u64) {
+    fill_at(buf, 0, buf.len(), seq);
+}
+
+/// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`.
+pub(crate) fn fill_at(out: &mut [u8], at: usize, total: usize, seq: u64) {
     let head = seq.to_le_bytes();
-    for (i, b) in buf.iter_mut().enumerate() {
+    for (j, b) in out.iter_mut().enumerate() {
+        let i = at + j;
         *b = if i < head.len() {
             head[i]
         } else {
             pattern(seq, i)
         };
-    }
-    // A message shorter than the sequence number still depends on all of it.
-    if buf.len() < head.len() {
-        if let Some(last) = buf.last_mut() {
-            *last ^= pattern(seq, 0);
+        // A message shorter than the sequence number still depends on all of it.
+        if total < head.len() && i + 1 == total {
+            *b ^= pattern(seq, 0);
         }
     }
 }
 
 /// Whether `buf` is exactly message `seq`.
 pub(crate) fn verify(buf: &[u8], seq: u64) -> bool {
+    verify_at(buf, 0, buf.len(), seq)
+}
+
+/// Whether `part` is bytes `at..at + part.len()` of message `seq` of `total` bytes.
+pub(crate) fn verify_at(part: &[u8], at: usize, total: usize, seq: u64) -> bool {
     let mut expect = [0u8; 64];
-    buf.chunks(expect.len()).enumerate().all(|(c, chunk)| {
-        let start = c * expect.len();
-        if start == 0 {
-            let e = &mut expect[..chunk.len()];
-            fill(e, seq);
-            return chunk == &*e;
-        }
-        chunk
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(seq, start + i))
+    part.chunks(expect.len()).enumerate().all(|(c, chunk)| {
+        let e = &mut expect[..chunk.len()];
+        fill_at(e, at + c * 64, total, seq);
+        chunk == &*e
     })
 }
 
@@ -328,7 +330,8 @@ impl ClientConn {
             }
             let seq = st.next;
             let posted = conn.with_res(|res| {
-                res.with_buf(k, |b| fill(b, seq))?;
+                let total = self.size as usize;
+                res.produce_buf(k, self.size, |at, c| fill_at(c, at, total, seq))?;
                 res.post_send(k, k, 0, self.size)
             });
             if let Err(e) = posted {
@@ -382,9 +385,10 @@ impl ClientConn {
         let good = if len != self.size {
             false
         } else {
-            match conn
-                .with_res(|res| res.with_buf(self.depth + r, |b| verify(&b[..len as usize], seq)))
-            {
+            let total = len as usize;
+            match conn.with_res(|res| {
+                res.scan_buf(self.depth + r, len, |at, c| verify_at(c, at, total, seq))
+            }) {
                 Ok(same) => same,
                 // Closed meanwhile (a stop drained the QP and took its buffers): the
                 // echo can be neither verified nor counted; it is not a verify error.
@@ -535,6 +539,23 @@ mod tests {
             fill(&mut b[..size], 12345);
             assert!(verify(&b[..size], 12345));
             assert!(!verify(&b[..size], 12346));
+        }
+    }
+
+    #[test]
+    fn chunks_match_whole() {
+        for total in [1usize, 7, 8, 9, 300, 1000] {
+            let mut whole = [0u8; 1000];
+            fill(&mut whole[..total], 99);
+            let mut parts = [0u8; 1000];
+            let mut at = 0;
+            while at < total {
+                let n = 37.min(total - at);
+                fill_at(&mut parts[at..at + n], at, total, 99);
+                assert!(verify_at(&whole[at..at + n], at, total, 99));
+                at += n;
+            }
+            assert!(whole[..total] == parts[..total]);
         }
     }
 

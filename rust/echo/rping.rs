@@ -76,22 +76,26 @@ impl Msg {
 /// an ASCII ramp from `A`..`z` starting at a character that advances with `n`, and a
 /// NUL in the last byte.
 pub(crate) fn fill_payload(buf: &mut [u8], n: u64) {
-    let Some(last) = buf.len().checked_sub(1) else {
-        return;
-    };
+    fill_payload_at(buf, 0, buf.len(), n);
+}
+
+/// Writes bytes `at..at + out.len()` of the payload of ping `n`, `total` bytes
+/// long, into `out`: the prefix, then letters cycling from `'A'` to `'z'`
+/// starting at `'A' + n % 58`, and a NUL as the last byte.
+pub(crate) fn fill_payload_at(out: &mut [u8], at: usize, total: usize, n: u64) {
     let mut prefix = [0u8; 32];
     let plen = format_prefix(&mut prefix, n);
-    let mut c = b'A' + (n % 58) as u8;
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = if i < plen {
+    let first = (n % 58) as usize;
+    for (j, b) in out.iter_mut().enumerate() {
+        let i = at + j;
+        *b = if i + 1 == total {
+            0
+        } else if i < plen {
             prefix[i]
         } else {
-            let v = c;
-            c = if c >= b'z' { b'A' } else { c + 1 };
-            v
+            b'A' + ((first + (i - plen)) % 58) as u8
         };
     }
-    buf[last] = 0;
 }
 
 /// Writes `"rdma-ping-<n>: "` into `out`, returns its length.
@@ -167,5 +171,17 @@ mod tests {
         assert_eq!(&b[..13], b"rdma-ping-7: ");
         assert_eq!(b[13], b'A' + 7);
         assert_eq!(b[19], 0);
+    }
+
+    #[test]
+    fn payload_in_chunks() {
+        let mut whole = [0u8; 300];
+        fill_payload(&mut whole, 123);
+        let mut parts = [0u8; 300];
+        for (c, part) in parts.chunks_mut(41).enumerate() {
+            fill_payload_at(part, c * 41, 300, 123);
+        }
+        assert!(whole == parts);
+        assert_eq!(whole[299], 0);
     }
 }

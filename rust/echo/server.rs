@@ -134,9 +134,10 @@ impl ServerConn {
     }
 
     fn on_recv(&self, conn: &Conn<Self>, len: u32) -> Result<(), &'static str> {
-        let msg = conn
-            .with_res(|res| res.with_buf(B_RECV, |b| Msg::parse(b, len)))
-            .map_err(|_| "cannot read the receive buffer")?
+        let mut m = [0u8; MSG_LEN as usize];
+        conn.with_res(|res| res.read_buf(B_RECV, 0, &mut m))
+            .map_err(|_| "cannot read the receive buffer")?;
+        let msg = Msg::parse(&m, len)
             .map_err(|_| "protocol error: received a message that is not 16 bytes")?;
         let size = msg
             .checked_size(MAX_SIZE)

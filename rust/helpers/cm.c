@@ -285,35 +285,6 @@ int cmecho_cm_route_tclass(struct rdma_cm_id *id)
 }
 
 /*
- * What the QP really got, as the provider reports it. Out parameters: QP number,
- * state (enum ib_qp_state), ack timeout exponent, retry count, RNR retry count,
- * min RNR timer code, path MTU in bytes.
- */
-int cmecho_cm_query_qp(struct rdma_cm_id *id, u32 *qp_num, u8 *state, u8 *timeout,
-		       u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu)
-{
-	struct ib_qp_init_attr init;
-	struct ib_qp_attr attr;
-	int ret;
-
-	if (!id->qp)
-		return -ENOTCONN;
-	ret = ib_query_qp(id->qp, &attr,
-			  IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY |
-			  IB_QP_MIN_RNR_TIMER | IB_QP_PATH_MTU, &init);
-	if (ret)
-		return ret;
-	*qp_num = id->qp->qp_num;
-	*state = attr.qp_state;
-	*timeout = attr.timeout;
-	*retry_cnt = attr.retry_cnt;
-	*rnr_retry = attr.rnr_retry;
-	*min_rnr_timer = attr.min_rnr_timer;
-	*path_mtu = ib_mtu_enum_to_int(attr.path_mtu);
-	return 0;
-}
-
-/*
  * The module's own workqueue, for deferred connection teardown and client setup.
  * Created first at load, destroyed last at unload: destroy_workqueue() waits for
  * every queued item, so no cmecho code runs after the module is gone.

@@ -78,8 +78,6 @@ const char *cmecho_reject_msg(struct rdma_cm_id *id, int status);
 int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len);
 int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);
-int cmecho_cm_query_qp(struct rdma_cm_id *id, u32 *qp_num, u8 *state, u8 *timeout,
-		       u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
 
 /* verbs.c */
 /* The tag of a failed memory registration (cmecho_res_buf_reg). */
@@ -93,6 +91,8 @@ void *cmecho_res_ctx(struct cmecho_res *res);
 bool cmecho_wc_is_flush(int status);
 const char *cmecho_wc_status_str(int status);
 const char *cmecho_qp_state_str(u8 state);
+int cmecho_res_query_qp(struct cmecho_res *res, u32 *qp_num, u8 *state, u8 *timeout,
+			u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
 int cmecho_res_buf_alloc(struct cmecho_res *res, u32 idx, u32 len, bool remote);
 u8 *cmecho_res_buf_cpu(struct cmecho_res *res, u32 idx, u32 *len);
 void cmecho_res_buf_sync(struct cmecho_res *res, u32 idx, bool for_cpu);

@@ -189,6 +189,36 @@ const char *cmecho_qp_state_str(u8 state)
 	return state < ARRAY_SIZE(names) && names[state] ? names[state] : "?";
 }
 
+/*
+ * What the QP of @res really got, as the provider reports it. Out parameters: QP
+ * number, state (enum ib_qp_state), ack timeout exponent, retry count, RNR retry
+ * count, min RNR timer code, path MTU in bytes.
+ */
+int cmecho_res_query_qp(struct cmecho_res *res, u32 *qp_num, u8 *state, u8 *timeout,
+			u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu)
+{
+	struct ib_qp *qp = res->id->qp;
+	struct ib_qp_init_attr init;
+	struct ib_qp_attr attr;
+	int ret;
+
+	if (!qp)
+		return -ENOTCONN;
+	ret = ib_query_qp(qp, &attr,
+			  IB_QP_STATE | IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY |
+			  IB_QP_MIN_RNR_TIMER | IB_QP_PATH_MTU, &init);
+	if (ret)
+		return ret;
+	*qp_num = qp->qp_num;
+	*state = attr.qp_state;
+	*timeout = attr.timeout;
+	*retry_cnt = attr.retry_cnt;
+	*rnr_retry = attr.rnr_retry;
+	*min_rnr_timer = attr.min_rnr_timer;
+	*path_mtu = ib_mtu_enum_to_int(attr.path_mtu);
+	return 0;
+}
+
 static struct cmecho_buf *cmecho_buf_get(struct cmecho_res *res, u32 idx, u32 off, u32 len)
 {
 	struct cmecho_buf *b;

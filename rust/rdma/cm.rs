@@ -37,6 +37,7 @@ use super::ffi;
 use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
 use super::verbs::{self, QpAttrs, QpConfig, WcError};
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::error::from_err_ptr;
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
@@ -293,7 +294,7 @@ impl SinkPtr {
 /// # Invariants
 ///
 /// `self.0` is a live CM id owned by this value, destroyed at most once.
-struct IdPtr(NonNull<ffi::RdmaCmId>);
+pub(super) struct IdPtr(NonNull<ffi::RdmaCmId>);
 
 // SAFETY: A CM id may be used and destroyed from any thread.
 unsafe impl Send for IdPtr {}
@@ -308,7 +309,7 @@ impl IdPtr {
         Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
     }
 
-    fn as_ptr(&self) -> *mut ffi::RdmaCmId {
+    pub(super) fn as_ptr(&self) -> *mut ffi::RdmaCmId {
         self.0.as_ptr()
     }
 
@@ -488,7 +489,7 @@ struct ConnInner<H: ConnHandler> {
     /// an open connection stays alive even when its ULP drops every handle.
     me: Option<Arc<Conn<H>>>,
     id: Option<IdPtr>,
-    res: Option<verbs::ResPtr>,
+    res: Option<verbs::ResPtr<Conn<H>>>,
     sink: Option<SinkPtr>,
     state: ConnState,
     remote_ece: Ece,
@@ -500,6 +501,11 @@ struct ConnInner<H: ConnHandler> {
     closer: bool,
     /// [`Conn::connect`] is running: it alone may destroy the id meanwhile.
     connecting: bool,
+    /// Made by [`Conn::new_active`]: only such a connection may [`Conn::connect`].
+    active: bool,
+    /// The route is final: resolved on the active side (`rdma_resolve_route`
+    /// is not called again), or taken from the request on the passive side.
+    route_final: bool,
     /// Step timings of an active connect.
     times: SetupTimes,
 }
@@ -514,6 +520,9 @@ pub(crate) struct Conn<H: ConnHandler> {
     inner: Mutex<ConnInner<H>>,
     #[pin]
     changed: CondVar,
+    /// The task running one of this connection's completions, if one runs (as
+    /// an address, compared only with `current`; a CQ runs one at a time).
+    cq_task: AtomicUsize,
     params: ConnParams,
     #[pin]
     handler: H,
@@ -539,9 +548,12 @@ impl<H: ConnHandler> Conn<H> {
                     ended: false,
                     closer: false,
                     connecting: false,
+                    active: false,
+                    route_final: false,
                     times: SetupTimes::ZERO,
                 }),
                 changed <- new_condvar!(),
+                cq_task: AtomicUsize::new(0),
                 params,
                 handler <- handler,
             }),
@@ -558,7 +570,9 @@ impl<H: ConnHandler> Conn<H> {
         handler: impl PinInit<H, Error>,
         params: ConnParams,
     ) -> Result<Arc<Self>> {
-        Self::new(handler, params)
+        let conn = Self::new(handler, params)?;
+        conn.inner.lock().active = true;
+        Ok(conn)
     }
 
     /// Connects to `addr`:`port` from namespace `net`, blocking until established.
@@ -568,7 +582,8 @@ impl<H: ConnHandler> Conn<H> {
     /// connect, and calls `handler.setup()` before connecting. On failure the
     /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
     /// called from process context (it sleeps), never from a CM or completion
-    /// handler, and once.
+    /// handler. Only a connection made by [`Conn::new_active`] connects, once:
+    /// `EINVAL` for an accepted one, `ECONNABORTED` for a second call.
     pub(crate) fn connect(
         self: &Arc<Self>,
         net: &NetNs,
@@ -578,7 +593,11 @@ impl<H: ConnHandler> Conn<H> {
     ) -> Result<(), StepError> {
         {
             let mut g = self.inner.lock();
-            if g.state != ConnState::Connecting || g.connecting {
+            if !g.active {
+                // An accepted connection: its id and QP are the listener's doing.
+                return Err(step_err("rdma_connect", EINVAL));
+            }
+            if g.state != ConnState::Connecting || g.connecting || g.id.is_some() {
                 return Err(step_err("rdma_connect", ECONNABORTED));
             }
             g.connecting = true;
@@ -806,13 +825,16 @@ impl<H: ConnHandler> Conn<H> {
     fn create_res(self: &Arc<Self>, qp: &QpConfig) -> Result {
         let mut g = self.inner.lock();
         let id = g.id.as_ref().ok_or(ENOTCONN)?;
-        let res = verbs::ResPtr::create::<Self>(id.as_ptr(), self.clone(), qp, completion::<H>)?;
+        let res = verbs::ResPtr::create(id, self.clone(), qp)?;
         g.res = Some(res);
         Ok(())
     }
 
     /// Runs `f` with the QP resources, or fails with `ENOTCONN` once they are gone.
-    pub(crate) fn with_res<R>(&self, f: impl FnOnce(&verbs::ResPtr) -> Result<R>) -> Result<R> {
+    pub(crate) fn with_res<R>(
+        &self,
+        f: impl FnOnce(&verbs::ResPtr<Self>) -> Result<R>,
+    ) -> Result<R> {
         let g = self.inner.lock();
         match &g.res {
             Some(res) => f(res),
@@ -850,9 +872,7 @@ impl<H: ConnHandler> Conn<H> {
 
     /// What the QP really got, read back from the provider.
     pub(crate) fn qp_attrs(&self) -> Result<QpAttrs> {
-        let g = self.inner.lock();
-        let id = g.id.as_ref().ok_or(ENOTCONN)?;
-        verbs::query_qp(id.as_ptr())
+        self.with_res(|res| res.query_qp())
     }
 
     /// Writes the peer's address and port as text into `buf`; `None` once the id
@@ -869,20 +889,24 @@ impl<H: ConnHandler> Conn<H> {
         core::str::from_utf8(&buf[..n]).ok()
     }
 
-    /// The route's PacketLifeTime exponent, where the route has a path record.
+    /// The route's PacketLifeTime exponent, once the route is final and where it
+    /// has a path record.
     pub(crate) fn route_plt(&self) -> Option<u8> {
         let g = self.inner.lock();
-        let id = g.id.as_ref()?;
-        // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+        let id = g.id.as_ref().filter(|_| g.route_final)?;
+        // SAFETY: The id is live while the lock is held and `g.id` is `Some`. Its
+        // route is final: nothing frees or replaces the path record any more
+        // before the id is destroyed, which needs this lock to take it.
         let plt = unsafe { ffi::cmecho_cm_route_plt(id.as_ptr()) };
         u8::try_from(plt).ok()
     }
 
-    /// The route's traffic class, where the route has a path record.
+    /// The route's traffic class, once the route is final and where it has a path
+    /// record.
     pub(crate) fn route_tclass(&self) -> Option<u8> {
         let g = self.inner.lock();
-        let id = g.id.as_ref()?;
-        // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+        let id = g.id.as_ref().filter(|_| g.route_final)?;
+        // SAFETY: As in `route_plt`.
         let tc = unsafe { ffi::cmecho_cm_route_tclass(id.as_ptr()) };
         u8::try_from(tc).ok()
     }
@@ -924,11 +948,15 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Closes the connection and waits until it is closed.
     ///
-    /// Process context only; `EDEADLK` from within one of this connection's handlers.
+    /// Process context only; `EDEADLK` from within one of this connection's own
+    /// callbacks: its CM events, its `setup` and `accepted` on the passive side
+    /// (which run in the request's CM handler) and its completions. Closing waits
+    /// for the first two (`rdma_destroy_id`) and drains the last.
     pub(crate) fn close_and_wait(&self) -> Result {
-        // Only this connection's own handler, on this very task, must not wait:
+        // Only this connection's own callbacks, on this very task, must not wait:
         // other threads wait, `rdma_destroy_id` letting a running handler finish.
-        if self.inner.lock().handler_task == current_task() {
+        let me = current_task();
+        if self.inner.lock().handler_task == me || self.cq_task.load(Ordering::Relaxed) == me {
             return Err(EDEADLK);
         }
         self.close_now();
@@ -974,7 +1002,9 @@ impl<H: ConnHandler> Conn<H> {
             let _ = unsafe { ffi::cmecho_cm_disconnect(id.as_ptr()) };
         }
         if let Some(res) = res {
-            res.destroy::<Self>();
+            // SAFETY: The id under the resources is destroyed only below; this is
+            // no completion of theirs (`close_and_wait` refuses one, `close` defers).
+            unsafe { res.destroy() };
         }
         if let Some(id) = id {
             id.destroy();
@@ -1055,8 +1085,9 @@ impl<H: ConnHandler> Conn<H> {
             (id, g.res.take(), g.sink.take(), was_established)
         };
         if let Some(res) = res {
-            // Not in a completion handler: draining is allowed here.
-            res.destroy::<Self>();
+            // SAFETY: The id is handed back only below; a CM handler is not a
+            // completion, so draining is allowed here.
+            unsafe { res.destroy() };
         }
         id.hand_back();
         // Not freed here: the trampoline frees the box once the CM has the id.
@@ -1084,6 +1115,7 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                 Verdict::Keep
             }
             EventKind::RouteResolved => {
+                self.inner.lock().route_final = true;
                 self.set_state(ConnState::RouteResolved);
                 Verdict::Keep
             }
@@ -1127,28 +1159,12 @@ fn current_task() -> usize {
     kernel::task::Task::current_raw() as usize
 }
 
-/// The completion callback of a connection's CQ.
-///
-/// # Safety
-///
-/// `ctx` must be the context [`verbs::ResPtr::create`] was given for a `Conn<H>`,
-/// whose resources are not destroyed yet.
-unsafe extern "C" fn completion<H: ConnHandler>(
-    ctx: *mut c_void,
-    tag: u32,
-    status: c_int,
-    byte_len: u32,
-) {
-    // SAFETY: The caller guarantees `ctx` is the `Conn<H>` the resources hold a
-    // reference on; `cmecho_res_destroy` waits for this callback before that
-    // reference is dropped.
-    let conn = unsafe { &*ctx.cast::<Conn<H>>() };
-    let st = if status == 0 {
-        Ok(byte_len)
-    } else {
-        Err(WcError(status))
-    };
-    conn.handler.completion(conn, tag, st);
+impl<H: ConnHandler> verbs::Completion for Conn<H> {
+    fn complete(&self, tag: u32, status: Result<u32, WcError>) {
+        self.cq_task.store(current_task(), Ordering::Relaxed);
+        self.handler.completion(self, tag, status);
+        self.cq_task.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Entry point of every CM event of every cmecho id (called by `rust/helpers/cm.c`).
@@ -1352,10 +1368,16 @@ impl<L: ListenHandler> Listener<L> {
         {
             let mut g = conn.inner.lock();
             g.remote_ece = ev.ece;
+            // The request carried the route; nothing resolves it again.
+            g.route_final = true;
+            // `setup` and `accepted` run in the child's CM handler: a
+            // `close_and_wait` from them must fail, not wait for itself.
+            g.handler_task = current_task();
         }
         match self.accept_steps(&conn, child) {
             Ok(()) => {
-                self.handler.accepted(conn);
+                self.handler.accepted(conn.clone());
+                conn.inner.lock().handler_task = 0;
                 Ok(())
             }
             Err(e) => {
@@ -1367,7 +1389,9 @@ impl<L: ListenHandler> Listener<L> {
                 };
                 drop(me);
                 if let Some(res) = res {
-                    res.destroy::<Conn<L::Conn>>();
+                    // SAFETY: The child id is live until this handler returns; this
+                    // is a CM handler, not a completion.
+                    unsafe { res.destroy() };
                 }
                 if let Some(id) = id {
                     id.hand_back();

@@ -116,8 +116,8 @@ extern "C" {
     pub(crate) fn cmecho_cm_peer_addr(id: *mut RdmaCmId, buf: *mut c_char, len: c_int) -> c_int;
     pub(crate) fn cmecho_cm_route_plt(id: *mut RdmaCmId) -> c_int;
     pub(crate) fn cmecho_cm_route_tclass(id: *mut RdmaCmId) -> c_int;
-    pub(crate) fn cmecho_cm_query_qp(
-        id: *mut RdmaCmId,
+    pub(crate) fn cmecho_res_query_qp(
+        res: *mut Res,
         qp_num: *mut u32,
         state: *mut u8,
         timeout: *mut u8,

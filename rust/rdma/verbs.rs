@@ -9,12 +9,21 @@
 //! owned by a [`ResPtr`]; its teardown drains the QP before anything is freed, in the
 //! order QP, MRs, buffers, CQ, PD. Buffers the peer accesses are exposed only through
 //! fast-registration MRs, never a global rkey.
+//!
+//! A buffer is memory the device writes on the peer's behalf, at times the peer
+//! chooses (an RDMA WRITE into a registered buffer, or a peer breaking the protocol).
+//! No Rust reference to it is ever made: the bytes are copied with volatile accesses
+//! into or out of memory the caller owns, through [`ResPtr::read_buf`],
+//! [`ResPtr::write_buf`], [`ResPtr::produce_buf`], [`ResPtr::scan_buf`] and
+//! [`ResPtr::same_bytes`], each bounds-checked.
 
+use super::cm::IdPtr;
 use super::ffi;
 use core::fmt;
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::error::{from_err_ptr, to_result};
-use kernel::ffi::c_void;
+use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -83,53 +92,94 @@ impl QpAttrs {
     }
 }
 
-/// Reads back the attributes of the QP of `id`.
-pub(crate) fn query_qp(id: *mut ffi::RdmaCmId) -> Result<QpAttrs> {
-    let mut a = QpAttrs::default();
-    // SAFETY: The caller holds the connection lock with the id present, so the id is
-    // live; the out pointers are valid.
-    to_result(unsafe {
-        ffi::cmecho_cm_query_qp(
-            id,
-            &mut a.qp_num,
-            &mut a.state,
-            &mut a.timeout,
-            &mut a.retry_cnt,
-            &mut a.rnr_retry,
-            &mut a.min_rnr_timer,
-            &mut a.path_mtu,
-        )
-    })?;
-    Ok(a)
+/// The receiver of a QP's work completions: what the completion context points to.
+pub(crate) trait Completion: Send + Sync + 'static {
+    /// A work completion: the tag it was posted with, and the bytes it carried or
+    /// why it failed. Runs on the CQ's workqueue, one completion of a CQ at a time.
+    fn complete(&self, tag: u32, status: Result<u32, WcError>);
+}
+
+/// The CQ callback of a [`ResPtr<C>`]: hands each completion to its `C`.
+///
+/// # Safety
+///
+/// `ctx` must be the context of a live `ResPtr<C>`: a reference on an `Arc<C>`.
+unsafe extern "C" fn complete<C: Completion>(
+    ctx: *mut c_void,
+    tag: u32,
+    status: c_int,
+    byte_len: u32,
+) {
+    // SAFETY: The caller guarantees that `ctx` is the `C` the resources hold a
+    // reference on; `cmecho_res_destroy` waits for this callback before that
+    // reference is dropped.
+    let c = unsafe { &*ctx.cast_const().cast::<C>() };
+    let st = if status == 0 {
+        Ok(byte_len)
+    } else {
+        Err(WcError(status))
+    };
+    c.complete(tag, st);
+}
+
+/// Bytes the buffer accessors copy at a time through the caller's stack.
+const CHUNK: usize = 256;
+
+/// Copies `dst.len()` bytes from `src` with volatile reads.
+///
+/// # Safety
+///
+/// `src` must be valid for reads of `dst.len()` bytes.
+unsafe fn copy_from_dma(src: *const u8, dst: &mut [u8]) {
+    for (i, d) in dst.iter_mut().enumerate() {
+        // SAFETY: In bounds by the caller's guarantee. Volatile: the device may
+        // write the byte meanwhile, and no reference to it exists.
+        *d = unsafe { src.add(i).read_volatile() };
+    }
+}
+
+/// Copies `src` to `dst` with volatile writes.
+///
+/// # Safety
+///
+/// `dst` must be valid for writes of `src.len()` bytes.
+unsafe fn copy_to_dma(src: &[u8], dst: *mut u8) {
+    for (i, s) in src.iter().enumerate() {
+        // SAFETY: As above.
+        unsafe { dst.add(i).write_volatile(*s) };
+    }
 }
 
 /// The QP resources of one connection.
 ///
 /// # Invariants
 ///
-/// `self.0` is a live `struct cmecho_res` whose completion context is a reference
-/// on an `Arc<C>` taken by [`ResPtr::create`], released by [`ResPtr::destroy`].
-pub(crate) struct ResPtr(NonNull<ffi::Res>);
+/// `self.ptr` is a live `struct cmecho_res` whose completion context is a reference
+/// on an `Arc<C>` taken by [`ResPtr::create`] and whose completion callback is
+/// `complete::<C>`; [`ResPtr::destroy`] releases both.
+pub(crate) struct ResPtr<C: Completion> {
+    ptr: NonNull<ffi::Res>,
+    _ctx: PhantomData<Arc<C>>,
+}
 
 // SAFETY: The bundle may be used from any thread; the callers serialise its use
-// through the connection's lock.
-unsafe impl Send for ResPtr {}
+// through the connection's lock. The context it holds is an `Arc<C>` with
+// `C: Send + Sync`.
+unsafe impl<C: Completion> Send for ResPtr<C> {}
 
-impl ResPtr {
-    /// Creates PD, CQ and QP on `id`; completions go to `done` with `ctx`.
-    pub(crate) fn create<C: Send + Sync>(
-        id: *mut ffi::RdmaCmId,
-        ctx: Arc<C>,
-        cfg: &QpConfig,
-        done: ffi::CompletionFn,
-    ) -> Result<Self> {
+impl<C: Completion> ResPtr<C> {
+    /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`].
+    ///
+    /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
+    pub(super) fn create(id: &IdPtr, ctx: Arc<C>, cfg: &QpConfig) -> Result<Self> {
         let raw = Arc::into_raw(ctx).cast_mut().cast::<c_void>();
-        // SAFETY: The caller passes a live id with a resolved route; `raw` stays valid
-        // until `destroy`, which drains the QP first.
+        // SAFETY: `id` is live by its type invariant (the helper refuses an id with
+        // no device); `raw` is an `Arc<C>` reference that stays valid until
+        // `destroy`, which drains the QP first, and `complete::<C>` reads it as one.
         let res = unsafe {
             ffi::cmecho_res_create(
-                id,
-                done,
+                id.as_ptr(),
+                complete::<C>,
                 raw,
                 cfg.ntags,
                 cfg.nbufs,
@@ -138,7 +188,11 @@ impl ResPtr {
             )
         };
         match from_err_ptr(res) {
-            Ok(p) => Ok(Self(NonNull::new(p).ok_or(ENOMEM)?)),
+            // INVARIANT: The bundle is live, with the context and callback above.
+            Ok(p) => Ok(Self {
+                ptr: NonNull::new(p).ok_or(ENOMEM)?,
+                _ctx: PhantomData,
+            }),
             Err(e) => {
                 // SAFETY: `raw` came from `Arc::into_raw` above and was not kept.
                 drop(unsafe { Arc::from_raw(raw.cast::<C>()) });
@@ -149,19 +203,44 @@ impl ResPtr {
 
     /// Drains and destroys the QP, frees everything, and drops the context reference.
     ///
-    /// Must not be called from one of these resources' own completion callbacks.
-    pub(crate) fn destroy<C: Send + Sync>(self) {
+    /// # Safety
+    ///
+    /// The CM id the resources were created on must still be live, and the caller
+    /// must not be one of these resources' own completion callbacks (the drain
+    /// waits for them).
+    pub(super) unsafe fn destroy(self) {
         // SAFETY: By the type invariant the bundle is live; `self` is consumed.
-        let ctx = unsafe { ffi::cmecho_res_ctx(self.0.as_ptr()) };
-        // SAFETY: As above; after this no completion callback runs.
-        unsafe { ffi::cmecho_res_destroy(self.0.as_ptr()) };
+        let ctx = unsafe { ffi::cmecho_res_ctx(self.ptr.as_ptr()) };
+        // SAFETY: As above, and the id under it is live by the caller's guarantee;
+        // after this no completion callback runs.
+        unsafe { ffi::cmecho_res_destroy(self.ptr.as_ptr()) };
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
         // `Arc<C>`, and nothing uses it any more.
         drop(unsafe { Arc::from_raw(ctx.cast_const().cast::<C>()) });
     }
 
     fn as_ptr(&self) -> *mut ffi::Res {
-        self.0.as_ptr()
+        self.ptr.as_ptr()
+    }
+
+    /// What the provider reports for the QP (`ib_query_qp`).
+    pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
+        let mut a = QpAttrs::default();
+        // SAFETY: The bundle, and so its QP, is live by the type invariant; the out
+        // pointers are valid.
+        to_result(unsafe {
+            ffi::cmecho_res_query_qp(
+                self.as_ptr(),
+                &mut a.qp_num,
+                &mut a.state,
+                &mut a.timeout,
+                &mut a.retry_cnt,
+                &mut a.rnr_retry,
+                &mut a.min_rnr_timer,
+                &mut a.path_mtu,
+            )
+        })?;
+        Ok(a)
     }
 
     /// Allocates and DMA-maps buffer slot `idx` of `len` bytes; `remote` gives it a
@@ -182,25 +261,133 @@ impl ResPtr {
         Ok((rkey, addr))
     }
 
-    /// Runs `f` on the bytes of buffer `idx`, synced for the CPU before and for the
-    /// device after.
-    pub(crate) fn with_buf<R>(&self, idx: u32, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    /// The length of buffer `idx`.
+    pub(crate) fn buf_len(&self, idx: u32) -> Result<u32> {
+        self.buf(idx).map(|(_, len)| len as u32)
+    }
+
+    /// The CPU address and length of buffer `idx`, if it is allocated.
+    fn buf(&self, idx: u32) -> Result<(*mut u8, usize)> {
         let mut len = 0u32;
-        // SAFETY: As above; the helper checks `idx` and returns null for a bad one.
+        // SAFETY: The bundle is live by the type invariant; the helper checks `idx`
+        // and returns null for a bad one.
         let p = unsafe { ffi::cmecho_res_buf_cpu(self.as_ptr(), idx, &mut len) };
         if p.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: As above, `idx` is valid.
+        Ok((p, len as usize))
+    }
+
+    /// Runs `f` on the address of bytes `off..off + len` of buffer `idx`, synced for
+    /// the CPU before and for the device after; `EINVAL` when they are not in it.
+    fn access<R>(
+        &self,
+        idx: u32,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R> {
+        let (p, blen) = self.buf(idx)?;
+        match off.checked_add(len) {
+            Some(end) if end <= blen => {}
+            _ => return Err(EINVAL),
+        }
+        // SAFETY: The bundle is live by the type invariant; `idx` is valid.
         unsafe { ffi::cmecho_res_buf_sync(self.as_ptr(), idx, true) };
-        // SAFETY: The helper returned the buffer's start and length; the buffer lives
-        // as long as the bundle, which the caller's lock keeps alive, and the lock also
-        // keeps other CPU users out.
-        let bytes = unsafe { core::slice::from_raw_parts_mut(p, len as usize) };
-        let r = f(bytes);
+        // SAFETY: `off` is within the buffer, checked above.
+        let r = f(unsafe { p.add(off) });
         // SAFETY: As above.
         unsafe { ffi::cmecho_res_buf_sync(self.as_ptr(), idx, false) };
         Ok(r)
+    }
+
+    /// Copies bytes `off..off + dst.len()` of buffer `idx` into `dst`.
+    pub(crate) fn read_buf(&self, idx: u32, off: u32, dst: &mut [u8]) -> Result {
+        self.access(idx, off as usize, dst.len(), |p| {
+            // SAFETY: `access` checked that the bytes are in the buffer, which lives
+            // as long as the bundle.
+            unsafe { copy_from_dma(p, dst) }
+        })
+    }
+
+    /// Copies `src` into buffer `idx` at `off`.
+    pub(crate) fn write_buf(&self, idx: u32, off: u32, src: &[u8]) -> Result {
+        self.access(idx, off as usize, src.len(), |p| {
+            // SAFETY: As in `read_buf`.
+            unsafe { copy_to_dma(src, p) }
+        })
+    }
+
+    /// Writes the first `len` bytes of buffer `idx` with what `f` produces: `f(at,
+    /// chunk)` fills `chunk` (at most 256 bytes, in order) with the bytes at
+    /// `at..at + chunk.len()`.
+    pub(crate) fn produce_buf(
+        &self,
+        idx: u32,
+        len: u32,
+        mut f: impl FnMut(usize, &mut [u8]),
+    ) -> Result {
+        let len = len as usize;
+        self.access(idx, 0, len, |p| {
+            let mut bounce = [0u8; CHUNK];
+            let mut at = 0;
+            while at < len {
+                let c = &mut bounce[..CHUNK.min(len - at)];
+                f(at, c);
+                // SAFETY: `at + c.len() <= len`, which `access` checked.
+                unsafe { copy_to_dma(c, p.add(at)) };
+                at += c.len();
+            }
+        })
+    }
+
+    /// Hands the first `len` bytes of buffer `idx` to `f` in order, at most 256 at a
+    /// time as `f(at, chunk)`, while `f` returns true; whether it always did.
+    pub(crate) fn scan_buf(
+        &self,
+        idx: u32,
+        len: u32,
+        mut f: impl FnMut(usize, &[u8]) -> bool,
+    ) -> Result<bool> {
+        let len = len as usize;
+        self.access(idx, 0, len, |p| {
+            let mut bounce = [0u8; CHUNK];
+            let mut at = 0;
+            while at < len {
+                let c = &mut bounce[..CHUNK.min(len - at)];
+                // SAFETY: `at + c.len() <= len`, which `access` checked.
+                unsafe { copy_from_dma(p.add(at), c) };
+                if !f(at, c) {
+                    return false;
+                }
+                at += c.len();
+            }
+            true
+        })
+    }
+
+    /// Whether buffers `a` and `b` have the same length and bytes.
+    pub(crate) fn same_bytes(&self, a: u32, b: u32) -> Result<bool> {
+        let len = self.buf_len(a)?;
+        if self.buf_len(b)? != len {
+            return Ok(false);
+        }
+        let mut theirs = [0u8; CHUNK];
+        let mut failed = None;
+        let same = self.scan_buf(a, len, |at, mine| {
+            let t = &mut theirs[..mine.len()];
+            match self.read_buf(b, at as u32, t) {
+                Ok(()) => mine == &*t,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(same),
+        }
     }
 
     /// Posts a receive of `len` bytes into buffer `idx` at `off`, completing with `tag`.
