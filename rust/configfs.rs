@@ -96,6 +96,8 @@ impl configfs::GroupOperations for Root {
                 depth: 26,
                 duration_ms: 27,
                 mem_budget_kib: 28,
+                resolve_timeout_ms: 29,
+                resolve_retries: 30,
             ],
         };
         Ok(configfs::Group::new(
@@ -422,6 +424,22 @@ endpoint_attr!(28,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.mem_budget_kib)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("mem_budget_kib", |c| {
         c.mem_budget_kib = number(page, 64u32, MAX_MEM_BUDGET_KIB, "must be 64..16777216 KiB")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(29,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.resolve_timeout_ms)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("resolve_timeout_ms", |c| {
+        c.resolve_timeout_ms = number(page, 100u32, 60_000, "must be 100..60000")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(30,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.resolve_retries)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("resolve_retries", |c| {
+        c.resolve_retries = number(page, 0u8, 10, "must be 0..10")?;
         Ok(())
     }),
 );

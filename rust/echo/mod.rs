@@ -16,7 +16,7 @@ mod server;
 
 use crate::rdma::cm::{
     Conn, ConnHandler, ConnParams, ConnState, ConnectRequest, Listener, NetNs, RejectReason,
-    StepError,
+    StepError, RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS,
 };
 use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
 use crate::rdma::verbs::QpAttrs;
@@ -132,6 +132,10 @@ pub(crate) struct Config {
     pub(crate) clients: u32,
     /// The most buffer memory the endpoint's connections hold at once, in KiB.
     pub(crate) mem_budget_kib: u32,
+    /// How long a client's address or route resolution attempt may take, in ms.
+    pub(crate) resolve_timeout_ms: u32,
+    /// Resolution attempts a client repeats after one timed out.
+    pub(crate) resolve_retries: u8,
 }
 
 impl Default for Config {
@@ -158,6 +162,8 @@ impl Default for Config {
             size: 64,
             clients: 1,
             mem_budget_kib: DEFAULT_MEM_BUDGET_KIB,
+            resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
+            resolve_retries: RESOLVE_RETRIES,
         }
     }
 }
@@ -181,6 +187,8 @@ impl Config {
         if let Some(r) = self.responder_resources {
             p.responder_resources = r;
         }
+        p.resolve_timeout_ms = self.resolve_timeout_ms;
+        p.resolve_retries = self.resolve_retries;
         p
     }
 
@@ -868,6 +876,13 @@ impl Shared {
                 e.step,
                 e.reject_msg.and_then(|m| m.to_str().ok()).unwrap_or("?"),
                 st
+            )),
+            Some(st) if e.attempts > 1 => self.error(fmt!(
+                "{}: {} (status {}) after {} attempts",
+                who,
+                e.step,
+                st,
+                e.attempts
             )),
             Some(st) => self.error(fmt!("{}: {} (status {})", who, e.step, st)),
             None => self.error(fmt!("{}: {}: {}", who, e.step, ErrName(e.err))),

@@ -65,6 +65,12 @@ pub(crate) struct ConnParams {
     pub(crate) responder_resources: u8,
     /// Type of service (RoCE traffic class); `None` leaves the default.
     pub(crate) tos: Option<u8>,
+    /// How long one attempt at address or route resolution may take, in ms
+    /// (active side).
+    pub(crate) resolve_timeout_ms: u32,
+    /// Attempts at address or route resolution repeated after one timed out
+    /// (active side): a neighbour still being resolved is not a failure.
+    pub(crate) resolve_retries: u8,
 }
 
 impl ConnParams {
@@ -79,6 +85,8 @@ impl ConnParams {
             initiator_depth: 1,
             responder_resources: 1,
             tos: None,
+            resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
+            resolve_retries: RESOLVE_RETRIES,
         }
     }
 }
@@ -358,6 +366,8 @@ pub(crate) struct StepError {
     pub(crate) status: Option<i32>,
     /// The CM's description of a reject reason.
     pub(crate) reject_msg: Option<&'static CStr>,
+    /// How many times the step was attempted (more than one after timeouts).
+    pub(crate) attempts: u8,
 }
 
 impl From<StepError> for Error {
@@ -373,6 +383,7 @@ fn to_step(step: &'static str, ret: c_int) -> Result<(), StepError> {
             err: Error::from_errno(ret),
             status: None,
             reject_msg: None,
+            attempts: 1,
         })
     } else {
         Ok(())
@@ -385,6 +396,7 @@ fn step_err(step: &'static str, err: Error) -> StepError {
         err,
         status: None,
         reject_msg: None,
+        attempts: 1,
     }
 }
 
@@ -528,8 +540,12 @@ pub(crate) struct Conn<H: ConnHandler> {
     handler: H,
 }
 
-/// How long each resolution step may take.
-const RESOLVE_TIMEOUT_MS: u32 = 2000;
+/// How long one attempt at address or route resolution may take, by default.
+pub(crate) const RESOLVE_TIMEOUT_MS: u32 = 2000;
+/// Resolution attempts repeated after a timeout, by default.
+pub(crate) const RESOLVE_RETRIES: u8 = 3;
+/// How much longer than the CM's own resolution timeout to wait for its event.
+const RESOLVE_SLACK_MS: u32 = 1000;
 /// How long connection establishment may take.
 const CONNECT_TIMEOUT_MS: u32 = 30_000;
 
@@ -679,7 +695,8 @@ impl<H: ConnHandler> Conn<H> {
         self.with_id(|id| id.apply_early(&self.params))?;
         let create_id = lap();
 
-        self.connect_call("rdma_resolve_addr", |id| {
+        let timeout = self.params.resolve_timeout_ms;
+        self.resolve("rdma_resolve_addr", ConnState::AddrResolved, |id| {
             // SAFETY: `connect_call` passes a live id (see there).
             unsafe {
                 ffi::cmecho_cm_resolve_addr(
@@ -687,26 +704,16 @@ impl<H: ConnHandler> Conn<H> {
                     net.as_ptr(),
                     addr.as_char_ptr(),
                     port,
-                    RESOLVE_TIMEOUT_MS as c_int,
+                    timeout as c_int,
                 )
             }
         })?;
-        self.wait_for(
-            ConnState::AddrResolved,
-            "rdma_resolve_addr",
-            RESOLVE_TIMEOUT_MS,
-        )?;
         let resolve_addr = lap();
 
-        self.connect_call("rdma_resolve_route", |id| {
+        self.resolve("rdma_resolve_route", ConnState::RouteResolved, |id| {
             // SAFETY: As above.
-            unsafe { ffi::cmecho_cm_resolve_route(id, RESOLVE_TIMEOUT_MS as c_int) }
+            unsafe { ffi::cmecho_cm_resolve_route(id, timeout as c_int) }
         })?;
-        self.wait_for(
-            ConnState::RouteResolved,
-            "rdma_resolve_route",
-            RESOLVE_TIMEOUT_MS,
-        )?;
         let resolve_route = lap();
 
         self.create_res(qp)
@@ -739,6 +746,53 @@ impl<H: ConnHandler> Conn<H> {
             connect: lap(),
         };
         Ok(())
+    }
+
+    /// Runs one resolution step (`call`, then the wait for `want`) during
+    /// [`Conn::connect`], and again, up to `resolve_retries` more times, when the
+    /// CM reports that an attempt timed out: the CM has then put the id back where
+    /// it was before the step, so the same call may be repeated.
+    fn resolve(
+        &self,
+        step: &'static str,
+        want: ConnState,
+        call: impl Fn(*mut ffi::RdmaCmId) -> c_int,
+    ) -> Result<(), StepError> {
+        let p = &self.params;
+        let wait_ms = p.resolve_timeout_ms.saturating_add(RESOLVE_SLACK_MS);
+        let mut attempts = 1u8;
+        loop {
+            self.connect_call(step, &call)?;
+            match self.wait_for(want, step, wait_ms) {
+                Err(_) if attempts <= p.resolve_retries && self.retry_after_timeout() => {
+                    attempts += 1;
+                }
+                Err(mut e) => {
+                    e.attempts = attempts;
+                    return Err(e);
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    /// After a failed resolution attempt: when the CM reported a timeout, puts the
+    /// connection back in the state before the attempt and returns true.
+    fn retry_after_timeout(&self) -> bool {
+        let mut g = self.inner.lock();
+        let back = match g.state {
+            ConnState::Failed(EventKind::AddrError, s) if s == ETIMEDOUT.to_errno() => {
+                ConnState::Connecting
+            }
+            ConnState::Failed(EventKind::RouteError, s) if s == ETIMEDOUT.to_errno() => {
+                ConnState::AddrResolved
+            }
+            _ => return false,
+        };
+        g.state = back;
+        // The failure event marked the connection ended; it is not.
+        g.ended = false;
+        true
     }
 
     /// How long each step of [`Conn::connect`] took.
@@ -800,6 +854,7 @@ impl<H: ConnHandler> Conn<H> {
                             EIO
                         },
                         status: Some(status),
+                        attempts: 1,
                     });
                 }
                 ConnState::DeviceRemoved => return Err(step_err("DEVICE_REMOVAL", ENODEV)),

@@ -28,13 +28,16 @@ declare -A BAD=(
 	[depth]="|abc|0|257|-1|$HUGE"
 	[duration_ms]="|abc|0|3600001|-1|$HUGE"
 	[mem_budget_kib]="|abc|0|63|16777217|-1|$HUGE"
+	[resolve_timeout_ms]="|abc|0|99|60001|-1|$HUGE"
+	[resolve_retries]="|abc|-1|11|256|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
-responder_resources max_conns mode depth duration_ms mem_budget_kib"
+responder_resources max_conns mode depth duration_ms mem_budget_kib resolve_timeout_ms
+resolve_retries"
 
 ktap_print_header
-ktap_set_plan 38
+ktap_set_plan 42
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -65,12 +68,13 @@ busy_writes() {
 	local ep=$1 a v before err ok=0
 	for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
 		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
-		responder_resources max_conns mode depth duration_ms mem_budget_kib enable; do
+		responder_resources max_conns mode depth duration_ms mem_budget_kib \
+		resolve_timeout_ms resolve_retries enable; do
 		fread $CFS/$ep/$a before
 		case $a in
 		role) v=server; [ "$before" = "server"$'\n' ] && v=client ;;
 		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
-		mem_budget_kib) v=128 ;;
+		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;;
 		enable) v=1 ;; *) v=2 ;;
 		esac
 		wr $CFS/$ep/$a "$v"
@@ -115,7 +119,8 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	responder_resources=4 max_conns=8 port=7000 count=7 size=100 clients=3 role=server \
 	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset mode=echo \
 	depth=256 duration_ms=1500 duration_ms=unset mode=rping mem_budget_kib=64 \
-	mem_budget_kib=16777216; do
+	mem_budget_kib=16777216 resolve_timeout_ms=100 resolve_timeout_ms=60000 \
+	resolve_retries=0 resolve_retries=10; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null
@@ -226,6 +231,24 @@ ktap_print_msg "running client: state $st before the writes, $(cat $CFS/run/stat
 ktap_check "running client: writes fail with EBUSY and change nothing" test $rc = 0
 ktap_check "running client: running before and after the refused writes" \
 	test "$st" = running -a "$(cat $CFS/run/state)" = running
+
+# Address resolution that times out is attempted again, resolve_retries times:
+# nobody answers ARP for 10.77.0.99, so each attempt ends with ADDR_ERROR
+# -ETIMEDOUT after resolve_timeout_ms.
+for retries in 2 0; do
+	endpoint $NS_B res$retries role=client addr=10.77.0.99 resolve_timeout_ms=300 \
+		resolve_retries=$retries enable=1
+	state_is res$retries error 300
+	le=$(cat $CFS/res$retries/last_error)
+	ktap_print_msg "resolve_retries=$retries: state $(cat $CFS/res$retries/state); last_error: $le"
+	case $retries in
+	2) ktap_check "resolve_retries=2: three attempts, then ADDR_ERROR ETIMEDOUT" \
+		test "${le#*ADDR_ERROR (status -110) after 3 attempts}" != "$le" ;;
+	0) ktap_check "resolve_retries=0: one attempt, then ADDR_ERROR ETIMEDOUT" \
+		test "${le#*ADDR_ERROR (status -110)}" = "" ;;
+	esac
+	rmdir $CFS/res$retries
+done
 
 unload_cmecho
 net_cleanup
