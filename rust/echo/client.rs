@@ -83,7 +83,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             run_started: None,
             src: Msg { addr: 0, rkey: 0, size: 0 },
             sink: Msg { addr: 0, rkey: 0, size: 0 },
-        }),
+        }, "cmecho_rping_cli_progress"),
     });
     super::spawn_connect(shared, cfg, addr, index, handler, QP)
 }
@@ -181,7 +181,9 @@ impl ClientConn {
                     }
                 });
                 if done {
-                    if let Some(t) = self.progress.lock().run_started {
+                    // Not under `progress`: `Shared::inner` is taken after it nowhere.
+                    let started = self.progress.lock().run_started;
+                    if let Some(t) = started {
                         self.shared.stats(|s| s.run_time(t.elapsed()));
                     }
                     self.finish(true);

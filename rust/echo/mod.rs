@@ -8,6 +8,29 @@
 //! protocol ([`rping`]), so either side may be the stock `rping` of rdma-core.
 //!
 //! This module is safe Rust: everything unsafe is in `crate::rdma`.
+//!
+//! # Lock order
+//!
+//! Outermost first; a lock may be taken while holding only locks above it. The
+//! names are the lockdep classes.
+//!
+//! 1. `Endpoint::ctl` (`cmecho_ep_ctl`): `enable` writes and the directory's
+//!    removal. No CM handler or completion takes it, so it may be held while
+//!    waiting for listeners and connections to go.
+//! 2. The CM's handler mutex of an id, and a CQ's completion work: where the
+//!    service's callbacks run (see `crate::rdma::cm`).
+//! 3. A connection's ULP state: `cmecho_native_srv_st`, `cmecho_native_cli_st`,
+//!    `cmecho_rping_cli_progress`, `cmecho_rping_srv_progress`. Never two at once.
+//! 4. `Shared::inner` (`cmecho_shared_inner`): the endpoint's state, stats and
+//!    connection list. Calls into a connection's state below it, never into a
+//!    ULP state above it.
+//! 5. The `rdma` layer's own locks, `cmecho_conn_inner` and
+//!    `cmecho_listener_inner`, which nest with nothing of cmecho's.
+//!
+//! No lock of 1 to 5 is held across a call that destroys a listener or a
+//! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the
+//! CM's handlers and drain CQs, which take locks 3 to 5. `Shared::inner` is not
+//! held while a `Run` that holds a listener is dropped, for the same reason.
 
 mod client;
 pub(crate) mod native;
@@ -493,9 +516,10 @@ pub(crate) struct Shared {
 
 /// One cmecho endpoint: a configfs directory.
 ///
-/// Lock order: `ctl` before `Shared::inner`. `ctl` is only taken by configfs
-/// writes to `enable` and by the directory's removal, never by a CM or
-/// completion handler, so waiting for connections while holding it is fine.
+/// Lock order (see the module documentation): `ctl` before `Shared::inner`.
+/// `ctl` is only taken by configfs writes to `enable` and by the directory's
+/// removal, never by a CM or completion handler, so waiting for connections
+/// while holding it is fine.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Endpoint {
     shared: Arc<Shared>,
@@ -523,14 +547,14 @@ impl Endpoint {
                     setups: 0,
                     unfinished: 0,
                     changing: false,
-                }),
-                changed <- new_condvar!(),
+                }, "cmecho_shared_inner"),
+                changed <- new_condvar!("cmecho_shared_changed"),
             }),
             GFP_KERNEL,
         )?;
         Ok(try_pin_init!(Self {
             shared,
-            ctl <- new_mutex!(()),
+            ctl <- new_mutex!((), "cmecho_ep_ctl"),
         }))
     }
 
@@ -1081,7 +1105,11 @@ fn spawn_connect<H: EchoConn>(
     let addr = *addr;
     let port = cfg.port;
     let sh = shared.clone();
-    let r = crate::rdma::workqueue().try_spawn(GFP_KERNEL, move || {
+    let Some(wq) = crate::rdma::workqueue() else {
+        shared.inner.lock().setups -= 1;
+        return Err(ENODEV);
+    };
+    let r = wq.try_spawn(GFP_KERNEL, move || {
         let enabled = sh.inner.lock().enabled;
         let res = if enabled {
             conn.connect(&sh.net, addr.as_cstr(), port, qp)

@@ -111,7 +111,7 @@ impl ListenHandler for Listen {
                 shared: self.shared.clone(),
                 slots: self.slots,
                 size: self.size,
-                st <- new_mutex!(ConnCounters::default()),
+                st <- new_mutex!(ConnCounters::default(), "cmecho_native_srv_st"),
             }),
             answer,
         ))
@@ -271,7 +271,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             done: false,
             counters: ConnCounters::default(),
             verify_errors: 0,
-        }),
+        }, "cmecho_native_cli_st"),
     });
     let qp = QpConfig {
         ntags: 2 * depth,

@@ -66,7 +66,7 @@ impl ListenHandler for Listen {
                     phase: Phase::WaitSource,
                     read_len: 0,
                     counters: ConnCounters::default(),
-                }),
+                }, "cmecho_rping_srv_progress"),
             }),
             answer,
         ))

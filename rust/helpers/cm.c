@@ -293,6 +293,8 @@ static struct workqueue_struct *cmecho_wq;
 
 int cmecho_wq_init(void)
 {
+	if (cmecho_wq)
+		return -EBUSY;
 	cmecho_wq = alloc_workqueue("cmecho", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
 	return cmecho_wq ? 0 : -ENOMEM;
 }

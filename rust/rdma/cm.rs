@@ -32,6 +32,30 @@
 //! own event handler ([`Conn::close`] defers to the module's workqueue), and on
 //! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
 //! to the CM for destruction, so removing a device never waits on cmecho.
+//!
+//! # Lock order
+//!
+//! Outermost first (lockdep class names in parentheses):
+//!
+//! 1. The CM's `handler_mutex` of an id: held by the CM while [`ConnHandler`]
+//!    and [`ListenHandler`] methods run (for a connect request, the listener's
+//!    and then the new id's); taken by `rdma_connect` and, in effect, by
+//!    `rdma_destroy_id`, which waits for it.
+//! 2. A CQ's completion work: [`ConnHandler::completion`] runs in it, and
+//!    destroying QP resources drains it.
+//! 3. The ULP's own locks.
+//! 4. [`Conn`]'s `inner` (`cmecho_conn_inner`) and [`Listener`]'s `inner`
+//!    (`cmecho_listener_inner`): never nested with each other or with 1 to 3
+//!    the other way. Below them only the CM's `qp_mutex`, taken by the
+//!    parameter setters, `rdma_disconnect` and `rdma_create_qp`.
+//!
+//! So no lock of 3 or 4 is held while calling a CM function that takes a
+//! handler mutex, or while draining a QP: this layer calls `rdma_connect`,
+//! `rdma_resolve_*`, `rdma_listen` and `rdma_destroy_id` and destroys QP
+//! resources with its own locks released, and runs the ULP's closures under
+//! `cmecho_conn_inner` only for [`Conn::with_res`], whose closure must not call
+//! back into the connection. A `Conn` waits on `changed` (`cmecho_conn_changed`)
+//! with only its `inner` held.
 
 use super::ffi;
 use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
@@ -511,8 +535,12 @@ struct ConnInner<H: ConnHandler> {
     ended: bool,
     /// A `close_now` is releasing the resources; others wait for `Closed`.
     closer: bool,
-    /// [`Conn::connect`] is running: it alone may destroy the id meanwhile.
+    /// [`Conn::connect`] is running, or a [`Listener`] is accepting the
+    /// connection: it alone may destroy the id meanwhile.
     connecting: bool,
+    /// The task running [`Conn::connect`] (as an address, compared only with
+    /// `current`): `setup` runs on it.
+    connect_task: usize,
     /// Made by [`Conn::new_active`]: only such a connection may [`Conn::connect`].
     active: bool,
     /// The route is final: resolved on the active side (`rdma_resolve_route`
@@ -564,11 +592,12 @@ impl<H: ConnHandler> Conn<H> {
                     ended: false,
                     closer: false,
                     connecting: false,
+                    connect_task: 0,
                     active: false,
                     route_final: false,
                     times: SetupTimes::ZERO,
-                }),
-                changed <- new_condvar!(),
+                }, "cmecho_conn_inner"),
+                changed <- new_condvar!("cmecho_conn_changed"),
                 cq_task: AtomicUsize::new(0),
                 params,
                 handler <- handler,
@@ -617,11 +646,13 @@ impl<H: ConnHandler> Conn<H> {
                 return Err(step_err("rdma_connect", ECONNABORTED));
             }
             g.connecting = true;
+            g.connect_task = current_task();
         }
         let r = self.connect_steps(net, addr, port, &qp);
         let aborted = {
             let mut g = self.inner.lock();
             g.connecting = false;
+            g.connect_task = 0;
             matches!(g.state, ConnState::Closing | ConnState::DeviceRemoved)
         };
         match r {
@@ -886,6 +917,9 @@ impl<H: ConnHandler> Conn<H> {
     }
 
     /// Runs `f` with the QP resources, or fails with `ENOTCONN` once they are gone.
+    ///
+    /// `f` runs under this connection's lock: it must not call back into the
+    /// connection (that would wait for itself).
     pub(crate) fn with_res<R>(
         &self,
         f: impl FnOnce(&verbs::ResPtr<Self>) -> Result<R>,
@@ -991,12 +1025,11 @@ impl<H: ConnHandler> Conn<H> {
         // Wakes a `connect` in progress, which then fails with `ECONNABORTED`.
         self.changed.notify_all();
         if let Some(me) = me {
-            if super::workqueue()
-                .try_spawn(GFP_KERNEL, move || me.close_now())
-                .is_err()
-            {
+            let spawned = super::workqueue()
+                .is_some_and(|q| q.try_spawn(GFP_KERNEL, move || me.close_now()).is_ok());
+            if !spawned {
                 // The next `close_and_wait` does the work instead.
-                pr_warn!("no memory to schedule a connection close\n");
+                pr_warn!("cannot schedule a connection close\n");
             }
         }
     }
@@ -1004,15 +1037,26 @@ impl<H: ConnHandler> Conn<H> {
     /// Closes the connection and waits until it is closed.
     ///
     /// Process context only; `EDEADLK` from within one of this connection's own
-    /// callbacks: its CM events, its `setup` and `accepted` on the passive side
-    /// (which run in the request's CM handler) and its completions. Closing waits
-    /// for the first two (`rdma_destroy_id`) and drains the last.
+    /// callbacks: its CM events, its `setup` (which runs in [`Conn::connect`] on
+    /// the active side, in the request's CM handler on the passive side), its
+    /// `accepted` and its completions. Closing waits for the CM handlers
+    /// (`rdma_destroy_id`) and for `connect`, and drains the completions.
+    ///
+    /// It does not see a cycle between two connections (each one's callback
+    /// waiting for the other to close): callbacks close other connections with
+    /// [`Conn::close`], never this.
     pub(crate) fn close_and_wait(&self) -> Result {
         // Only this connection's own callbacks, on this very task, must not wait:
         // other threads wait, `rdma_destroy_id` letting a running handler finish.
         let me = current_task();
-        if self.inner.lock().handler_task == me || self.cq_task.load(Ordering::Relaxed) == me {
-            return Err(EDEADLK);
+        {
+            let g = self.inner.lock();
+            if g.handler_task == me
+                || (g.connecting && g.connect_task == me)
+                || self.cq_task.load(Ordering::Relaxed) == me
+            {
+                return Err(EDEADLK);
+            }
         }
         self.close_now();
         let mut g = self.inner.lock();
@@ -1215,7 +1259,7 @@ fn current_task() -> usize {
 }
 
 impl<H: ConnHandler> verbs::Completion for Conn<H> {
-    fn complete(&self, tag: u32, status: Result<u32, WcError>) {
+    fn complete(&self, _from: verbs::FromCq, tag: u32, status: Result<u32, WcError>) {
         self.cq_task.store(current_task(), Ordering::Relaxed);
         self.handler.completion(self, tag, status);
         self.cq_task.store(0, Ordering::Relaxed);
@@ -1305,11 +1349,26 @@ pub(crate) trait ListenHandler: Send + Sync + 'static {
 struct ListenInner {
     id: Option<IdPtr>,
     sink: Option<SinkPtr>,
+    /// [`Listener::listen`] is calling `rdma_listen` on the id, without this
+    /// lock: a device removal meanwhile leaves the id to it.
+    starting: bool,
+    /// A device removal came while `starting`: `listen` stops the listener.
+    removed: bool,
+    /// The tasks running this listener's CM event handler (as addresses,
+    /// compared only with `current`; 0 is a free slot). A wildcard listener's
+    /// per-device ids deliver connect requests concurrently, one task each.
+    handler_tasks: [usize; LISTEN_HANDLER_SLOTS],
 }
+
+/// Concurrent event handlers of one listener whose tasks are recorded: more run
+/// only with more RDMA devices than this under one wildcard listener.
+const LISTEN_HANDLER_SLOTS: usize = 8;
 
 /// A listening CM id that accepts connections with the given parameters.
 ///
-/// Dropping the listener stops listening; accepted connections are unaffected.
+/// It listens until [`Listener::stop`] or a device removal: the id's context
+/// holds a reference on it until then, so its owner must stop it. Accepted
+/// connections are unaffected.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Listener<L: ListenHandler> {
     #[pin]
@@ -1332,7 +1391,16 @@ impl<L: ListenHandler> Listener<L> {
     ) -> Result<Arc<Self>, StepError> {
         let l = Arc::pin_init(
             pin_init!(Self {
-                inner <- new_mutex!(ListenInner { id: None, sink: None }),
+                inner <- new_mutex!(
+                    ListenInner {
+                        id: None,
+                        sink: None,
+                        starting: true,
+                        removed: false,
+                        handler_tasks: [0; LISTEN_HANDLER_SLOTS],
+                    },
+                    "cmecho_listener_inner"
+                ),
                 params,
                 handler,
             }),
@@ -1348,21 +1416,32 @@ impl<L: ListenHandler> Listener<L> {
                 return Err(step_err("rdma_create_id", e));
             }
         };
-        let ret = {
+        let raw = id.as_ptr();
+        {
             let mut g = l.inner.lock();
-            // SAFETY: The id is live: we created it and hold the lock that a
-            // device removal, `stop` and `Drop` take before giving it up, so it
-            // stays live until this returns.
-            let ret = unsafe {
-                ffi::cmecho_cm_listen(id.as_ptr(), net.as_ptr(), addr.as_char_ptr(), port, 128)
-            };
             g.id = Some(id);
             g.sink = Some(sink);
-            ret
+        }
+        // Not under the lock: `rdma_listen` on a wildcard address may destroy
+        // per-device ids, waiting for their handlers, which take the lock.
+        // SAFETY: The id is live: while `starting` is set a device removal leaves
+        // it to us, and `stop` cannot be called yet (no one else has the listener
+        // but its own event handler, which does not stop it).
+        let ret =
+            unsafe { ffi::cmecho_cm_listen(raw, net.as_ptr(), addr.as_char_ptr(), port, 128) };
+        let removed = {
+            let mut g = l.inner.lock();
+            g.starting = false;
+            g.removed
         };
         if let Err(e) = to_step("rdma_listen", ret) {
             l.stop();
             return Err(e);
+        }
+        if removed {
+            // Its device went away meanwhile: done listening, as if it came after.
+            l.stop();
+            l.handler.removed();
         }
         Ok(l)
     }
@@ -1374,12 +1453,61 @@ impl<L: ListenHandler> Listener<L> {
 
     /// Stops listening: destroys the id (waiting for a running handler) and the sink.
     ///
-    /// Must not be called from this listener's own event handler.
+    /// From this listener's own event handler (its [`ListenHandler`] callbacks),
+    /// where `rdma_destroy_id` would wait for itself, the destruction is deferred
+    /// to the module's workqueue; no request is accepted meanwhile, and a `stop`
+    /// from elsewhere returns before the deferred destruction is done. Not from
+    /// another id's CM handler (a [`ConnHandler`] callback, or another
+    /// listener's): process context or this listener's own callbacks only.
     pub(crate) fn stop(&self) {
-        let (id, sink) = {
+        let (id, sink, deferred) = {
             let mut g = self.inner.lock();
-            (g.id.take(), g.sink.take())
+            let me = current_task();
+            (g.id.take(), g.sink.take(), g.handler_tasks.contains(&me))
         };
+        if deferred && (id.is_some() || sink.is_some()) {
+            if let Err((id, sink)) = Self::release_later(id, sink) {
+                // Cannot defer: put them back for a later `stop` from elsewhere.
+                let mut g = self.inner.lock();
+                g.id = id;
+                g.sink = sink;
+                drop(g);
+                pr_warn!("cannot schedule a listener stop\n");
+            }
+            return;
+        }
+        Self::release(id, sink);
+    }
+
+    /// [`Listener::release`] on the module's workqueue; hands the parts back when
+    /// that cannot be scheduled.
+    #[allow(clippy::type_complexity)]
+    fn release_later(
+        id: Option<IdPtr>,
+        sink: Option<SinkPtr>,
+    ) -> Result<(), (Option<IdPtr>, Option<SinkPtr>)> {
+        let Some(q) = super::workqueue() else {
+            return Err((id, sink));
+        };
+        // The parts stay reachable from here until the work item is queued.
+        let Ok(slot) = Arc::pin_init(new_mutex!(None, "cmecho_listener_stop"), GFP_KERNEL) else {
+            return Err((id, sink));
+        };
+        *slot.lock() = Some((id, sink));
+        let work = slot.clone();
+        let queued = q.try_spawn(GFP_KERNEL, move || {
+            if let Some((id, sink)) = work.lock().take() {
+                Self::release(id, sink);
+            }
+        });
+        match queued {
+            Ok(()) => Ok(()),
+            Err(_) => Err(slot.lock().take().unwrap_or((None, None))),
+        }
+    }
+
+    /// Destroys the id (waiting for a running handler), then frees its sink.
+    fn release(id: Option<IdPtr>, sink: Option<SinkPtr>) {
         if let Some(id) = id {
             id.destroy();
         }
@@ -1391,6 +1519,12 @@ impl<L: ListenHandler> Listener<L> {
 
     /// Handles a connect request on the new id `child`; on error the caller rejects.
     fn accept(&self, child: *mut ffi::RdmaCmId, ev: &Event) -> Result<(), Verdict> {
+        if self.inner.lock().id.is_none() {
+            // Stopped, with the destruction of the id deferred: accept nothing.
+            // SAFETY: `child` is the live new id of this CONNECT_REQUEST.
+            let _ = unsafe { ffi::cmecho_cm_reject(child, ffi::CMECHO_REJ_CONSUMER) };
+            return Err(Verdict::DestroyId);
+        }
         let req = ConnectRequest {
             remote_ece: ev.ece,
             initiator_depth: ev.initiator_depth,
@@ -1428,20 +1562,38 @@ impl<L: ListenHandler> Listener<L> {
             // `setup` and `accepted` run in the child's CM handler: a
             // `close_and_wait` from them must fail, not wait for itself.
             g.handler_task = current_task();
+            // And a `close` from `setup` must leave the id to this path, which
+            // the CM then destroys: `close_now` defers while this is set.
+            g.connecting = true;
         }
-        match self.accept_steps(&conn, child) {
+        let r = self.accept_steps(&conn, child);
+        // Decide and take in one critical section: once `connecting` is clear, a
+        // close takes the id itself (and waits for this handler to destroy it).
+        let taken = {
+            let mut g = conn.inner.lock();
+            g.connecting = false;
+            let r = match r {
+                Ok(()) if g.state == ConnState::Closing => Err(step_err("setup", ECONNABORTED)),
+                r => r,
+            };
+            match r {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    g.state = ConnState::Closed;
+                    g.handler_task = 0;
+                    Err((e, g.id.take(), g.res.take(), g.sink.take(), g.me.take()))
+                }
+            }
+        };
+        conn.changed.notify_all();
+        match taken {
             Ok(()) => {
                 self.handler.accepted(conn.clone());
                 conn.inner.lock().handler_task = 0;
                 Ok(())
             }
-            Err(e) => {
+            Err((e, id, res, sink, me)) => {
                 // The CM destroys the child when we return non-zero: release the rest.
-                let (id, res, sink, me) = {
-                    let mut g = conn.inner.lock();
-                    g.state = ConnState::Closed;
-                    (g.id.take(), g.res.take(), g.sink.take(), g.me.take())
-                };
                 drop(me);
                 if let Some(res) = res {
                     // SAFETY: The child id is live until this handler returns; this
@@ -1506,6 +1658,25 @@ impl<L: ListenHandler> Listener<L> {
 
 impl<L: ListenHandler> CmEvents for Listener<L> {
     fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+        let me = current_task();
+        let slot = {
+            let mut g = self.inner.lock();
+            let slot = g.handler_tasks.iter().position(|&t| t == 0);
+            if let Some(i) = slot {
+                g.handler_tasks[i] = me;
+            }
+            slot
+        };
+        let verdict = self.listener_event(id, ev);
+        if let Some(i) = slot {
+            self.inner.lock().handler_tasks[i] = 0;
+        }
+        verdict
+    }
+}
+
+impl<L: ListenHandler> Listener<L> {
+    fn listener_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
         match ev.kind {
             EventKind::ConnectRequest => match self.accept(id, ev) {
                 Ok(()) => Verdict::Keep,
@@ -1514,6 +1685,11 @@ impl<L: ListenHandler> CmEvents for Listener<L> {
             EventKind::DeviceRemoval => {
                 let (id, sink) = {
                     let mut g = self.inner.lock();
+                    if g.starting {
+                        // `listen` is using the id: it stops the listener.
+                        g.removed = true;
+                        return Verdict::Keep;
+                    }
                     (g.id.take(), g.sink.take())
                 };
                 match id {

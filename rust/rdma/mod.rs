@@ -29,32 +29,44 @@ pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
 /// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
 ///
 /// Must be the first field the module initialises and the last it drops.
+///
+/// # Invariants
+///
+/// While a value exists, the module's workqueue exists; there is at most one.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
-    /// Creates the module's workqueue.
+    /// Creates the module's workqueue; `EBUSY` while one exists.
     pub(crate) fn new() -> Result<Self> {
-        // SAFETY: Called once, at module init, before anything uses the workqueue.
+        // SAFETY: The helper refuses a second workqueue; it may sleep, and this
+        // runs in process context (module init).
         to_result(unsafe { ffi::cmecho_wq_init() })?;
+        // INVARIANT: The workqueue was created and belongs to this value.
         Ok(Self(()))
     }
 }
 
 impl Drop for WorkQueue {
     fn drop(&mut self) {
-        // SAFETY: Dropped once, at module exit, after every other part of the module
-        // (configfs, endpoints, connections) is gone; waits for queued items.
+        // SAFETY: By the type invariant this value owns the workqueue. Dropped at
+        // module exit, after every other part of the module (configfs, endpoints,
+        // connections) is gone; waits for queued items.
         unsafe { ffi::cmecho_wq_exit() };
     }
 }
 
-/// The module's workqueue, for work that must not run in the caller's context.
+/// The module's workqueue, for work that must not run in the caller's context;
+/// `None` while there is none (before [`WorkQueue::new`], after its drop).
 ///
-/// It exists while the module's [`WorkQueue`] is alive: from before anything can
-/// call this (it is initialised first) until everything that could has been torn
-/// down (it is dropped last). Items queued on it finish before it is destroyed.
-pub(crate) fn workqueue() -> &'static Queue {
-    // SAFETY: The module's workqueue is live for as long as anyone can call this,
-    // as documented above.
-    unsafe { Queue::from_raw(ffi::cmecho_wq_get()) }
+/// Items queued on it finish before it is destroyed: the module drops its
+/// [`WorkQueue`] last, when nothing can call this any more.
+pub(crate) fn workqueue() -> Option<&'static Queue> {
+    // SAFETY: Reads a pointer the helper sets at init and clears at exit.
+    let wq = unsafe { ffi::cmecho_wq_get() };
+    if wq.is_null() {
+        return None;
+    }
+    // SAFETY: A non-null pointer is the live module workqueue, which lives until
+    // the module drops its `WorkQueue`, after everything that queues work.
+    Some(unsafe { Queue::from_raw(wq) })
 }

@@ -92,11 +92,15 @@ impl QpAttrs {
     }
 }
 
+/// Proof that a call comes from a CQ's completion callback: only this module
+/// makes one, so nothing else can call [`Completion::complete`].
+pub(crate) struct FromCq(());
+
 /// The receiver of a QP's work completions: what the completion context points to.
 pub(crate) trait Completion: Send + Sync + 'static {
     /// A work completion: the tag it was posted with, and the bytes it carried or
     /// why it failed. Runs on the CQ's workqueue, one completion of a CQ at a time.
-    fn complete(&self, tag: u32, status: Result<u32, WcError>);
+    fn complete(&self, from: FromCq, tag: u32, status: Result<u32, WcError>);
 }
 
 /// The CQ callback of a [`ResPtr<C>`]: hands each completion to its `C`.
@@ -119,7 +123,7 @@ unsafe extern "C" fn complete<C: Completion>(
     } else {
         Err(WcError(status))
     };
-    c.complete(tag, st);
+    c.complete(FromCq(()), tag, st);
 }
 
 /// Bytes the buffer accessors copy at a time through the caller's stack.
@@ -156,7 +160,8 @@ unsafe fn copy_to_dma(src: &[u8], dst: *mut u8) {
 ///
 /// `self.ptr` is a live `struct cmecho_res` whose completion context is a reference
 /// on an `Arc<C>` taken by [`ResPtr::create`] and whose completion callback is
-/// `complete::<C>`; [`ResPtr::destroy`] releases both.
+/// `complete::<C>`; [`ResPtr::destroy`] releases both. The CM id it was created
+/// on, which holds its QP, is live as long as it is (`destroy` requires it).
 pub(crate) struct ResPtr<C: Completion> {
     ptr: NonNull<ffi::Res>,
     _ctx: PhantomData<Arc<C>>,
@@ -226,8 +231,8 @@ impl<C: Completion> ResPtr<C> {
     /// What the provider reports for the QP (`ib_query_qp`).
     pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
         let mut a = QpAttrs::default();
-        // SAFETY: The bundle, and so its QP, is live by the type invariant; the out
-        // pointers are valid.
+        // SAFETY: The bundle and the id holding its QP are live by the type
+        // invariant; the out pointers are valid.
         to_result(unsafe {
             ffi::cmecho_res_query_qp(
                 self.as_ptr(),
@@ -259,11 +264,6 @@ impl<C: Completion> ResPtr<C> {
             ffi::cmecho_res_buf_reg(self.as_ptr(), idx, remote_write, &mut rkey, &mut addr)
         })?;
         Ok((rkey, addr))
-    }
-
-    /// The length of buffer `idx`.
-    pub(crate) fn buf_len(&self, idx: u32) -> Result<u32> {
-        self.buf(idx).map(|(_, len)| len as u32)
     }
 
     /// The CPU address and length of buffer `idx`, if it is allocated.
@@ -368,26 +368,35 @@ impl<C: Completion> ResPtr<C> {
 
     /// Whether buffers `a` and `b` have the same length and bytes.
     pub(crate) fn same_bytes(&self, a: u32, b: u32) -> Result<bool> {
-        let len = self.buf_len(a)?;
-        if self.buf_len(b)? != len {
+        let (_, len) = self.buf(a)?;
+        let (_, lb) = self.buf(b)?;
+        if lb != len {
             return Ok(false);
         }
-        let mut theirs = [0u8; CHUNK];
-        let mut failed = None;
-        let same = self.scan_buf(a, len, |at, mine| {
-            let t = &mut theirs[..mine.len()];
-            match self.read_buf(b, at as u32, t) {
-                Ok(()) => mine == &*t,
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            }
-        })?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(same),
+        if a == b {
+            return Ok(true);
         }
+        // One sync of each buffer around the whole comparison.
+        self.access(b, 0, len, |pb| {
+            self.access(a, 0, len, |pa| {
+                let (mut x, mut y) = ([0u8; CHUNK], [0u8; CHUNK]);
+                let mut at = 0;
+                while at < len {
+                    let n = CHUNK.min(len - at);
+                    // SAFETY: `at + n <= len`, the length of both buffers, which
+                    // `access` checked.
+                    unsafe {
+                        copy_from_dma(pa.add(at), &mut x[..n]);
+                        copy_from_dma(pb.add(at), &mut y[..n]);
+                    }
+                    if x[..n] != y[..n] {
+                        return false;
+                    }
+                    at += n;
+                }
+                true
+            })
+        })?
     }
 
     /// Posts a receive of `len` bytes into buffer `idx` at `off`, completing with `tag`.
