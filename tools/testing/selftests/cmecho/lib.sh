@@ -14,6 +14,7 @@ SELFTEST_DIR=${SELFTEST_DIR:-$(cd "$(dirname "$0")" && pwd)}
 . "$SELFTEST_DIR/../net/lib.sh"
 CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
 CMTIME_KO=${CMTIME_KO:-$(dirname "$CMECHO_KO")/cmecho_cmtime.ko}
+MISUSE_KO=${MISUSE_KO:-$(dirname "$CMECHO_KO")/cmecho_misuse.ko}
 CFS=/sys/kernel/config/cmecho
 
 # Namespace names are made unique by setup_ns (net_setup); rxe link names are
@@ -174,6 +175,7 @@ cmecho_cleanup() {
 		[ -d "$d" ] && rmdir "$d" 2>/dev/null
 	done
 	grep -q '^cmecho_cmtime ' /proc/modules && rmmod cmecho_cmtime
+	grep -q '^cmecho_misuse ' /proc/modules && rmmod cmecho_misuse
 	grep -q '^cmecho ' /proc/modules && rmmod cmecho
 	net_cleanup
 }

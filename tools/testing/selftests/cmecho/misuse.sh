@@ -1,0 +1,42 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The misuse sample commits, one load per case, a call that cmecho's rdma layer
+# lets a ULP write but must refuse: close_and_wait from a connection's own CM
+# handler (the passive side's setup and accepted) or its own completion, and
+# connect on an accepted connection. Each must come back with its errno, not
+# hang (the hung-task detector would panic the guest), and leave no RDMA
+# resource of the sample behind.
+. "$(dirname "$0")/lib.sh"
+
+CASES="setup accepted connect completion"
+ktap_print_header
+ktap_set_plan 10
+dmesg_mark
+net_setup || ktap_print_msg "network setup failed"
+
+# The sample's RDMA resources still listed by `rdma res show` (its comm).
+misuse_left() {
+	local kind
+	for kind in cm_id qp cq pd mr; do
+		rdma res show $kind 2>/dev/null | grep 'comm \[cmecho_misuse\]' | sed "s/^/# $kind left: /"
+	done
+}
+
+i=0
+for c in $CASES; do
+	ip netns exec $NS_A timeout 120 insmod "$MISUSE_KO" addr=$ADDR_A port=$((7190 + i)) case=$i
+	rc=$?
+	dmesg_since | grep "cmecho_misuse: case $i " | sed 's/^\[[^]]*\] /# /'
+	ktap_check "case $i ($c): the misuse is refused with its errno" test $rc -eq 0
+	grep -q '^cmecho_misuse ' /proc/modules && rmmod cmecho_misuse
+	left=$(misuse_left)
+	[ -n "$left" ] && printf '%s\n' "$left"
+	ktap_check "case $i ($c): no cm_id, qp, cq, pd or mr of the sample left" test -z "$left"
+	i=$((i + 1))
+done
+# The sample logs the errno it got; the refusals name the right ones.
+ktap_check "the close_and_wait cases answered EDEADLK" \
+	test "$(dmesg_since | grep -c 'cmecho_misuse: case [013] .*refused with EDEADLK')" = 3
+net_cleanup
+ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
+ktap_finished
