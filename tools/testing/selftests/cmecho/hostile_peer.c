@@ -26,6 +26,24 @@
  * goes away without the RTU that would establish the connection: the server's
  * new connection fails before it is ever established. Prints how many replies
  * and rejections it got; exits 0 when every request got an answer.
+ *
+ *   hostile_peer rping ADDR PORT MODE
+ *
+ * Connects to an rping-mode server as an rping client would, then breaks the
+ * protocol with its first message (16 bytes: buffer address, rkey and size, big
+ * endian; see RPING-PROTOCOL):
+ *
+ *   short   a message of 15 bytes
+ *   long    a message of 17 bytes
+ *   zero    a size of 0
+ *   huge    a size of 1 MiB (rping allows at most 64 KiB)
+ *   badkey  a valid buffer with a wrong rkey: the server's RDMA READ fails
+ *   twice   two valid messages back to back, the second before any answer;
+ *           then it disconnects after 2 s itself
+ *
+ * Prints what happened; exits 0 when the server ended the connection (for
+ * twice: when the connection stayed up until it disconnected), 2 when it did
+ * not within 30 s, 1 on a setup error.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -270,6 +288,138 @@ static int vanish(const char *addr, const char *port, int n)
 	return replies + rejects == n ? 0 : 1;
 }
 
+/* The first message of an rping client: where its buffer is, and how big. */
+static void rping_msg(char *m, uint64_t addr, uint32_t rkey, uint32_t size)
+{
+	uint32_t hi = htonl(addr >> 32), lo = htonl((uint32_t)addr);
+
+	rkey = htonl(rkey);
+	size = htonl(size);
+	memcpy(m, &hi, 4);
+	memcpy(m + 4, &lo, 4);
+	memcpy(m + 8, &rkey, 4);
+	memcpy(m + 12, &size, 4);
+}
+
+/* A protocol-breaking rping client: see the comment at the top. */
+static int rping_client(const char *addr, const char *port, const char *mode)
+{
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param cp = { 0 };
+	struct ibv_qp_init_attr qa = { 0 };
+	struct sockaddr_storage ss;
+	struct peer p = { 0 };
+	char m[32];
+	unsigned int len = 16, k;
+	int ev, i;
+	bool twice = !strcmp(mode, "twice"), ended = false;
+
+	if (parse_addr(addr, port, &ss))
+		return 1;
+	ch = rdma_create_event_channel();
+	if (!ch)
+		die("rdma_create_event_channel");
+	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+		die("fcntl");
+	if (rdma_create_id(ch, &p.id, NULL, RDMA_PS_TCP))
+		die("rdma_create_id");
+	if (rdma_resolve_addr(p.id, NULL, (struct sockaddr *)&ss, 5000))
+		die("rdma_resolve_addr");
+	if (next_event(ch) != RDMA_CM_EVENT_ADDR_RESOLVED)
+		die("address resolution");
+	if (rdma_resolve_route(p.id, 5000))
+		die("rdma_resolve_route");
+	if (next_event(ch) != RDMA_CM_EVENT_ROUTE_RESOLVED)
+		die("route resolution");
+	p.pd = ibv_alloc_pd(p.id->verbs);
+	if (!p.pd)
+		die("ibv_alloc_pd");
+	p.cq = ibv_create_cq(p.id->verbs, 4 * SLOTS, NULL, NULL, 0);
+	if (!p.cq)
+		die("ibv_create_cq");
+	p.buf = calloc(2 * SLOTS, BUF_SIZE);
+	if (!p.buf)
+		die("calloc");
+	p.mr = ibv_reg_mr(p.pd, p.buf, (size_t)2 * SLOTS * BUF_SIZE,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	if (!p.mr)
+		die("ibv_reg_mr");
+	qa.send_cq = p.cq;
+	qa.recv_cq = p.cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = 2 * SLOTS;
+	qa.cap.max_recv_wr = SLOTS;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	if (rdma_create_qp(p.id, p.pd, &qa))
+		die("rdma_create_qp");
+	for (k = 0; k < SLOTS; k++)
+		post_recv(&p, k);
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (rdma_connect(p.id, &cp))
+		die("rdma_connect");
+	ev = next_event(ch);
+	if (ev != RDMA_CM_EVENT_ESTABLISHED) {
+		fprintf(stderr, "hostile_peer: rping %s: not established (event %d)\n", mode, ev);
+		return 1;
+	}
+	/* The source buffer: the first send slot's memory, 64 bytes of it. */
+	rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey, 64);
+	if (!strcmp(mode, "short")) {
+		len = 15;
+	} else if (!strcmp(mode, "long")) {
+		len = 17;
+	} else if (!strcmp(mode, "zero")) {
+		rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey, 0);
+	} else if (!strcmp(mode, "huge")) {
+		rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey, 1 << 20);
+	} else if (!strcmp(mode, "badkey")) {
+		rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey ^ 0x5a5a00, 64);
+	} else if (!twice) {
+		fprintf(stderr, "hostile_peer: unknown rping mode %s\n", mode);
+		return 1;
+	}
+	post_send(&p, m, len);
+	if (twice)
+		post_send(&p, m, len);
+	/* Up to 30 s (2 s for twice) for the server to end the connection. */
+	for (i = 0; i < (twice ? 2000 : 30000) && !ended; i++) {
+		struct ibv_wc wc[16];
+		struct rdma_cm_event *e;
+
+		while (ibv_poll_cq(p.cq, 16, wc) > 0)
+			;	/* answers, errors and flushes alike: only the end counts */
+		if (!rdma_get_cm_event(ch, &e)) {
+			ended = e->event == RDMA_CM_EVENT_DISCONNECTED;
+			rdma_ack_cm_event(e);
+			continue;
+		}
+		if (errno != EAGAIN)
+			die("rdma_get_cm_event");
+		usleep(1000);
+	}
+	if (twice)
+		printf("hostile_peer: rping twice: %s after 2 s\n",
+		       ended ? "the server disconnected" : "still connected");
+	else
+		printf("hostile_peer: rping %s: %s\n", mode,
+		       ended ? "the server ended the connection" : "still connected after 30 s");
+	rdma_disconnect(p.id);
+	rdma_destroy_qp(p.id);
+	ibv_dereg_mr(p.mr);
+	ibv_destroy_cq(p.cq);
+	ibv_dealloc_pd(p.pd);
+	free(p.buf);
+	rdma_destroy_id(p.id);
+	rdma_destroy_event_channel(ch);
+	if (twice)
+		return ended ? 2 : 0;
+	return ended ? 0 : 2;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
@@ -287,9 +437,13 @@ int main(int argc, char **argv)
 
 	if (argc == 6 && !strcmp(argv[1], "client") && !strcmp(argv[4], "vanish"))
 		return vanish(argv[2], argv[3], atoi(argv[5]));
+	if (argc == 5 && !strcmp(argv[1], "rping"))
+		return rping_client(argv[2], argv[3], argv[4]);
 	if (argc < 5 || strcmp(argv[1], "server")) {
 		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst [SECONDS [LAST]]\n"
-			"       %s client ADDR PORT vanish N\n", argv[0], argv[0]);
+			"       %s client ADDR PORT vanish N\n"
+			"       %s rping ADDR PORT short|long|zero|huge|badkey|twice\n",
+			argv[0], argv[0], argv[0]);
 		return 1;
 	}
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)

@@ -7,15 +7,19 @@
 # As a client it asks to connect and goes away before the connection is
 # established, against a server with max_conns: the failed connections are
 # released. More connections than a server's memory budget holds are
-# rejected. Nothing else: no kernel-log report, no cm_id left behind, and a
-# well-behaved run right after is served. The same peer answering correctly is
-# the control that it is a working echo server.
+# rejected. As an rping client it breaks the protocol with its first message
+# (15 or 17 bytes, size 0 or 1 MiB, a wrong rkey, two at once): the rping
+# server ends that connection with a reason, serves a stock rping afterwards,
+# and holds no more RDMA resources than before. Nothing else: no kernel-log
+# report, no cm_id left behind, and a well-behaved run right after is served.
+# The same peer answering correctly is the control that it is a working echo
+# server.
 . "$(dirname "$0")/lib.sh"
 
 PEER=$SELFTEST_DIR/hostile_peer
 
 ktap_print_header
-ktap_set_plan 13
+ktap_set_plan 21
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -102,6 +106,49 @@ ktap_print_msg "big: enable: $(cat /tmp/big_err); last_error: $(cat $CFS/big/las
 ktap_check "mem_budget_kib: a client whose connections would not fit is refused (EINVAL), idle" \
 	sh -c "grep -q 'Invalid argument' /tmp/big_err && [ \"\$(cat $CFS/big/state)\" = idle ] && grep -q mem_budget_kib $CFS/big/last_error"
 rmdir $CFS/big
+
+# RDMA resources of cmecho, by kind: "cm_id=N qp=N cq=N pd=N mr=N".
+cmecho_res() {
+	local k out
+	for k in cm_id qp cq pd mr; do
+		out=$(rdma res show $k 2>/dev/null | grep -c 'comm \[cmecho\]')
+		printf '%s=%s ' $k "$out"
+	done
+}
+
+# The rping-mode server against a client that breaks the protocol.
+endpoint $NS_A rsrv role=server addr=$ADDR_A port=7320 enable=1
+base=$(cmecho_res)
+ktap_print_msg "rping server listening; resources: $base"
+prev=
+for mode in short long zero huge badkey twice; do
+	ip netns exec $NS_B timeout 90 "$PEER" rping $ADDR_A 7320 $mode >/tmp/peer_rping.log 2>&1
+	rc=$?
+	sed "s/^/# peer rping $mode: /" /tmp/peer_rping.log
+	le=$(cat $CFS/rsrv/last_error)
+	ktap_print_msg "rsrv last_error: $le; state $(cat $CFS/rsrv/state)"
+	if [ $mode = twice ]; then
+		ktap_check "rping client sending two messages at once: nothing breaks, still listening" \
+			test $rc = 0 -a "$(cat $CFS/rsrv/state)" = listening
+	else
+		ktap_check "rping client $mode: the server ends that connection with a reason" \
+			test $rc = 0 -a -n "$le" -a "$le" != "$prev" -a "$(cat $CFS/rsrv/state)" = listening
+	fi
+	prev=$le
+done
+ip netns exec $NS_B timeout 120 rping -c -a $ADDR_A -p 7320 -C 10 -V >/tmp/rping.log 2>&1
+rc=$?
+sed 's/^/# rping: /' /tmp/rping.log | tail -3
+ktap_check "afterwards, a stock rping client is served (10 pings, verified)" test $rc = 0
+# Closing is asynchronous: up to a minute for the resources to go.
+for ((i = 0; i < 60; i++)); do
+	now=$(cmecho_res)
+	[ "$now" = "$base" ] && break
+	nap 1
+done
+ktap_print_msg "resources now: $now; before: $base"
+ktap_check "the rping server holds no more RDMA resources than before" test "$now" = "$base"
+rmdir $CFS/rsrv
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
