@@ -3,7 +3,7 @@
 # Device removal racing everything else: the server's device removed while the
 # server closes its 16 connections, the client's device removed while its 16
 # connections close, during address and route resolution, and during a
-# connect that gets no answer. Each returns, each endpoint says what happened,
+# connect that gets no answer, and under 64 live connections. Each returns, each endpoint says what happened,
 # nothing of cmecho is left, and the kernel log has no report (a double
 # destroy shows as a KASAN or SLUB report).
 . "$(dirname "$0")/lib.sh"
@@ -11,7 +11,7 @@
 ROUNDS=2
 
 ktap_print_header
-ktap_set_plan 6
+ktap_set_plan 7
 dmesg_mark
 load_cmecho
 
@@ -83,6 +83,26 @@ ip netns exec $NS_A tc qdisc del dev va root
 links_up
 
 rmdir $CFS/srv
+
+# 64 live connections pinging, and the server's device goes away under them:
+# every connection and the listener see DEVICE_REMOVAL at once.
+endpoint $NS_A srv role=server addr=$ADDR_A port=7520 enable=1
+endpoint $NS_B cli role=client addr=$ADDR_A port=7520 clients=64 count=10000000 \
+	retry_count=3 ack_timeout=14 enable=1
+key_is srv stats active 64 6000 || ktap_print_msg "not all 64 connections active"
+rdma link del $RXE_A
+wait_done cli 300 || ktap_print_msg "cli: not done or error after 300 s"
+key_is srv stats active 0 600 || ktap_print_msg "srv: connections still active"
+ep_diag srv
+ep_diag cli
+st_s=$(cat $CFS/srv/state) st_c=$(cat $CFS/cli/state)
+le=$(cat $CFS/srv/last_error)
+ok=1
+rmdir $CFS/cli $CFS/srv || ok=0
+ktap_check "server's device removed under 64 live connections: both sides end and say why, nothing left" \
+	test $ok = 1 -a "$st_s" = error -a "$st_c" = error -a "${le#*device was removed}" != "$le"
+links_up
+
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
 unload_cmecho
