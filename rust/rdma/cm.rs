@@ -1424,11 +1424,11 @@ impl<L: ListenHandler> Listener<L> {
         }
         // Not under the lock: `rdma_listen` on a wildcard address may destroy
         // per-device ids, waiting for their handlers, which take the lock.
+        let (netp, addrp) = (net.as_ptr(), addr.as_char_ptr());
         // SAFETY: The id is live: while `starting` is set a device removal leaves
         // it to us, and `stop` cannot be called yet (no one else has the listener
         // but its own event handler, which does not stop it).
-        let ret =
-            unsafe { ffi::cmecho_cm_listen(raw, net.as_ptr(), addr.as_char_ptr(), port, 128) };
+        let ret = unsafe { ffi::cmecho_cm_listen(raw, netp, addrp, port, 128) };
         let removed = {
             let mut g = l.inner.lock();
             g.starting = false;
