@@ -26,7 +26,7 @@ ktap_check "ack_timeout 14: client QP timeout 14" test "$(ep_get cli qp_attrs ti
 ktap_check "ack_timeout 14: client route PacketLifeTime 13" test "$(ep_get cli qp_attrs packet_life_time)" = 13
 ktap_check "ack_timeout 12: server QP timeout 12 (set on the new id before accept)" \
 	test "$(ep_get srv qp_attrs timeout)" = 12
-ktap_check "pings completed with the timeouts set" test "$(cat $CFS/cli/state)" = done
+ktap_check "pings completed with the timeouts set" test "$(<$CFS/cli/state)" = done
 
 run unset unset
 ktap_check "unset: client QP timeout 17 (RoCE default)" test "$(ep_get cli qp_attrs timeout)" = 17

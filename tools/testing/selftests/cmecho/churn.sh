@@ -37,7 +37,7 @@ p1=$!
 flip 1 &
 p2=$!
 wait $p1 $p2
-ktap_print_msg "race: after 2 x 100 enables: state $(cat $CFS/race/state), last_error: $(cat $CFS/race/last_error)"
+ktap_print_msg "race: after 2 x 100 enables: state $(<$CFS/race/state), last_error: $(<$CFS/race/last_error)"
 n_off=$(cmecho_listeners)
 echo 1 >$CFS/race/enable
 n_on=$(cmecho_listeners)
@@ -61,7 +61,7 @@ pw=$!
 ok=1
 for ((i = 0; i < 30; i++)); do
 	if echo 1 >$CFS/race/enable 2>/dev/null; then
-		port=$(cat $CFS/race/port)
+		port=$(<$CFS/race/port)
 		cm_listening "$port" || { ktap_print_msg "enabled with port $port, not listening there"; ok=0; }
 		echo 0 >$CFS/race/enable
 	fi
@@ -102,7 +102,7 @@ endpoint $NS_A srv2 role=server addr=$ADDR_A port=7411 enable=1
 endpoint $NS_B cli role=client addr=$ADDR_A port=7411 count=10 enable=1
 wait_done cli 180
 ep_diag cli
-ktap_check "afterwards, a new client is served" test "$(cat $CFS/cli/state)" = done
+ktap_check "afterwards, a new client is served" test "$(<$CFS/cli/state)" = done
 
 unload_cmecho
 ktap_check "rmmod after the churn" test ! -d $CFS

@@ -106,11 +106,11 @@ for a in $ATTRS; do
 			ok=0
 		fi
 	done
-	ktap_print_msg "$a: last_error after bad values: $(cat $CFS/ep/last_error)"
+	ktap_print_msg "$a: last_error after bad values: $(<$CFS/ep/last_error)"
 	ktap_check "$a: ${#vals[@]} bad values rejected with EINVAL, value unchanged" test $ok = 1
 done
 
-ktap_check "state unchanged (idle) after every bad write" test "$(cat $CFS/ep/state)" = idle
+ktap_check "state unchanged (idle) after every bad write" test "$(<$CFS/ep/state)" = idle
 
 # Good values read back exactly as written; "unset" goes back to unset.
 rt=1
@@ -124,7 +124,7 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null
-	got=$(cat $CFS/ep/$a)
+	got=$(<$CFS/ep/$a)
 	[ "$got" = "$v" ] || { ktap_print_msg "$a: wrote '$v', read '$got'"; rt=0; }
 done
 ktap_check "good values read back exactly as written (unset where unset)" test $rt = 1
@@ -146,13 +146,13 @@ for form in nul utf8 page; do
 	page) { head -c 5000 /dev/zero | tr '\0' 7 >$CFS/ep/port; } 2>/tmp/cfs_err ;;
 	esac
 	IFS= read -r ERR </tmp/cfs_err
-	if [[ $ERR != *"Invalid argument"* ]] || [ "$(cat $CFS/ep/port)" != 7002 ] ||
-		[ "$(cat $CFS/ep/role)" != server ]; then
-		ktap_print_msg "$form: '${ERR:-success}', port $(cat $CFS/ep/port), role $(cat $CFS/ep/role)"
+	if [[ $ERR != *"Invalid argument"* ]] || [ "$(<$CFS/ep/port)" != 7002 ] ||
+		[ "$(<$CFS/ep/role)" != server ]; then
+		ktap_print_msg "$form: '${ERR:-success}', port $(<$CFS/ep/port), role $(<$CFS/ep/role)"
 		ok=0
 	fi
 done
-ktap_print_msg "after the refused forms, last_error: $(cat $CFS/ep/last_error)"
+ktap_print_msg "after the refused forms, last_error: $(<$CFS/ep/last_error)"
 ktap_check "write forms: an embedded NUL, non-UTF-8 and more than a page are refused (EINVAL), nothing changed" \
 	test $ok = 1
 # An unprivileged user can neither write an attribute nor make an endpoint.
@@ -162,7 +162,7 @@ setpriv --reuid=65534 --regid=65534 --clear-groups mkdir $CFS/nobody 2>>/tmp/cfs
 rc2=$?
 ktap_print_msg "unprivileged: $(tr '\n' ' ' </tmp/cfs_err)"
 ktap_check "write forms: an unprivileged user is refused, nothing changed" \
-	test $rc != 0 -a $rc2 != 0 -a "$(cat $CFS/ep/port)" = 7002 -a ! -e $CFS/nobody
+	test $rc != 0 -a $rc2 != 0 -a "$(<$CFS/ep/port)" = 7002 -a ! -e $CFS/nobody
 rmdir $CFS/ep
 mkdir $CFS/ep
 
@@ -174,16 +174,16 @@ net_setup || ktap_print_msg "network setup failed"
 echo server >$CFS/ep/role
 echo 10.77.0.99 >$CFS/ep/addr
 write enable 1; err=$ERR
-ktap_print_msg "enable on an address no device has: ${err:-success}; last_error: $(cat $CFS/ep/last_error)"
+ktap_print_msg "enable on an address no device has: ${err:-success}; last_error: $(<$CFS/ep/last_error)"
 ktap_check "enable on an address no device has: fails with a reason, stays disabled" \
-	test -n "$err" -a "$(cat $CFS/ep/enable)" = 0
+	test -n "$err" -a "$(<$CFS/ep/enable)" = 0
 
 rmdir $CFS/ep
 in_ns $NS_A mkdir $CFS/ep
 # A scope names an interface of the endpoint's own namespace (va is in a only).
 write addr "fe80::1%va"
 ktap_check "addr: a scoped IPv6 address of the endpoint's namespace is accepted" \
-	test -z "$ERR" -a "$(cat $CFS/ep/addr)" = "fe80::1%va"
+	test -z "$ERR" -a "$(<$CFS/ep/addr)" = "fe80::1%va"
 echo server >$CFS/ep/role
 echo $ADDR_A >$CFS/ep/addr
 # With addr set, anything but 0 or 1 would start the endpoint if it were taken
@@ -191,8 +191,8 @@ echo $ADDR_A >$CFS/ep/addr
 ok=1
 for v in 10 yes on true y 0x1 01; do
 	write enable $v
-	if [[ $ERR != *"Invalid argument"* ]] || [ "$(cat $CFS/ep/state)" != idle ]; then
-		ktap_print_msg "enable='$v': '${ERR:-success}', state $(cat $CFS/ep/state)"
+	if [[ $ERR != *"Invalid argument"* ]] || [ "$(<$CFS/ep/state)" != idle ]; then
+		ktap_print_msg "enable='$v': '${ERR:-success}', state $(<$CFS/ep/state)"
 		ok=0
 		echo 0 >$CFS/ep/enable
 	fi
@@ -201,7 +201,7 @@ ktap_check "enable: only 0 or 1; 10, yes, on, true, y, 0x1, 01 refused, still id
 	test $ok = 1 -a "$(grep -c 'must be 0 or 1' $CFS/ep/last_error)" = 1
 echo 1 >$CFS/ep/enable
 ktap_check "listening server: writes while enabled fail with EBUSY and change nothing" busy_writes ep
-ktap_check "still listening after the refused writes" test "$(cat $CFS/ep/state)" = listening
+ktap_check "still listening after the refused writes" test "$(<$CFS/ep/state)" = listening
 
 # A connecting client: everything namespace a sends is lost (netem), so the
 # client's connect request goes unanswered and it stays connecting until its
@@ -211,26 +211,26 @@ ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
 	lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
 ip netns exec $NS_A tc qdisc add dev va root netem loss 100%
 endpoint $NS_B conn role=client addr=$ADDR_A port=7199 count=10000000 enable=1
-st=$(cat $CFS/conn/state)
+st=$(<$CFS/conn/state)
 busy_writes conn
 rc=$?
-ktap_print_msg "connecting client: state $st before the writes, $(cat $CFS/conn/state) after; last_error: $(cat $CFS/conn/last_error)"
+ktap_print_msg "connecting client: state $st before the writes, $(<$CFS/conn/state) after; last_error: $(<$CFS/conn/last_error)"
 ktap_check "connecting client: writes fail with EBUSY and change nothing" test $rc = 0
 ktap_check "connecting client: connecting before and after the refused writes" \
-	test "$st" = connecting -a "$(cat $CFS/conn/state)" = connecting
+	test "$st" = connecting -a "$(<$CFS/conn/state)" = connecting
 rmdir $CFS/conn
 ip netns exec $NS_A tc qdisc del dev va root
 
 # A running client: pinging the server, with a count it cannot finish.
 endpoint $NS_B run role=client addr=$ADDR_A count=10000000 enable=1
-wait_for 600 sh -c "[ \"\$(cat $CFS/run/state)\" = running ]"
-st=$(cat $CFS/run/state)
+state_is run running 3000
+st=$(<$CFS/run/state)
 busy_writes run
 rc=$?
-ktap_print_msg "running client: state $st before the writes, $(cat $CFS/run/state) after; pings $(ep_get run stats pings); last_error: $(cat $CFS/run/last_error)"
+ktap_print_msg "running client: state $st before the writes, $(<$CFS/run/state) after; pings $(ep_get run stats pings); last_error: $(<$CFS/run/last_error)"
 ktap_check "running client: writes fail with EBUSY and change nothing" test $rc = 0
 ktap_check "running client: running before and after the refused writes" \
-	test "$st" = running -a "$(cat $CFS/run/state)" = running
+	test "$st" = running -a "$(<$CFS/run/state)" = running
 
 # Address resolution that times out is attempted again, resolve_retries times:
 # nobody answers ARP for 10.77.0.99, so each attempt ends with ADDR_ERROR
@@ -239,8 +239,8 @@ for retries in 2 0; do
 	endpoint $NS_B res$retries role=client addr=10.77.0.99 resolve_timeout_ms=300 \
 		resolve_retries=$retries enable=1
 	state_is res$retries error 300
-	le=$(cat $CFS/res$retries/last_error)
-	ktap_print_msg "resolve_retries=$retries: state $(cat $CFS/res$retries/state); last_error: $le"
+	le=$(<$CFS/res$retries/last_error)
+	ktap_print_msg "resolve_retries=$retries: state $(<$CFS/res$retries/state); last_error: $le"
 	case $retries in
 	2) ktap_check "resolve_retries=2: three attempts, then ADDR_ERROR ETIMEDOUT" \
 		test "${le#*ADDR_ERROR (status -110) after 3 attempts}" != "$le" ;;

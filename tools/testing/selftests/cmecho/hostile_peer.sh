@@ -34,8 +34,8 @@ peer_run() {
 	endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A port=$port count=20 depth=4 \
 		enable=1
 	wait_done $ep 180 || ktap_print_msg "$ep: not done or error after 180 s"
-	STATE=$(cat $CFS/$ep/state)
-	LERR=$(cat $CFS/$ep/last_error)
+	STATE=$(<$CFS/$ep/state)
+	LERR=$(<$CFS/$ep/last_error)
 	ep_diag $ep
 	rmdir $CFS/$ep
 	wait $pid
@@ -70,15 +70,24 @@ ktap_check "extra echoes right behind the last one: ignored, the run is done" \
 # do not count against max_conns: two clients are served right after.
 endpoint $NS_A lim role=server addr=$ADDR_A port=7320 max_conns=2 enable=1
 ip netns exec $NS_B "$PEER" client $ADDR_A 7320 vanish 4 2>&1 | sed 's/^/# /'
-wait_for 600 sh -c "! grep -v 'state closed' $CFS/lim/connections | grep -q ."
+# lim_all_closed: every connection the server lists is closed.
+lim_all_closed() {
+	local line
+	while IFS= read -r line; do
+		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
+	done <$CFS/lim/connections
+}
+for ((i = 0; i < 3000; i++)); do
+	lim_all_closed && break
+	nap 0.1
+done
 ktap_print_msg "lim: connections: $(tr '\n' ';' <$CFS/lim/connections)"
-ktap_check "connections failed before established are released" \
-	sh -c "! grep -v 'state closed' $CFS/lim/connections | grep -q ."
+ktap_check "connections failed before established are released" lim_all_closed
 endpoint $NS_B two role=client addr=$ADDR_A port=7320 clients=2 count=10 enable=1
 wait_done two 180
 ep_diag two
 ktap_check "max_conns 2: two clients served after the failed requests" \
-	test "$(cat $CFS/two/state)" = done
+	test "$(<$CFS/two/state)" = done
 rmdir $CFS/two
 rmdir $CFS/lim
 
@@ -89,8 +98,7 @@ endpoint $NS_A mem role=server mode=echo depth=8 size=65536 addr=$ADDR_A port=73
 	mem_budget_kib=2048 enable=1
 endpoint $NS_B three role=client mode=echo depth=8 size=65536 addr=$ADDR_A port=7330 \
 	clients=3 count=10000000 enable=1
-wait_for 1200 sh -c "[ \"\$(sed -n 's/^rejected //p' $CFS/mem/stats)\" = 1 ] &&
-	[ \"\$(sed -n 's/^active //p' $CFS/mem/stats)\" = 2 ]"
+key_is mem stats rejected 1 3000 && key_is mem stats active 2 3000
 ep_diag mem
 ktap_check "mem_budget_kib 2048: two 1 MiB connections served, the third rejected and counted, with a reason" \
 	test "$(ep_get mem stats rejected)" = 1 -a "$(ep_get mem stats active)" = 2 \
@@ -102,7 +110,7 @@ echo client >$CFS/big/role; echo echo >$CFS/big/mode; echo 8 >$CFS/big/depth
 echo 65536 >$CFS/big/size; echo 3 >$CFS/big/clients; echo 2048 >$CFS/big/mem_budget_kib
 echo $ADDR_A >$CFS/big/addr
 echo 1 >$CFS/big/enable 2>/tmp/big_err
-ktap_print_msg "big: enable: $(cat /tmp/big_err); last_error: $(cat $CFS/big/last_error)"
+ktap_print_msg "big: enable: $(</tmp/big_err); last_error: $(<$CFS/big/last_error)"
 ktap_check "mem_budget_kib: a client whose connections would not fit is refused (EINVAL), idle" \
 	sh -c "grep -q 'Invalid argument' /tmp/big_err && [ \"\$(cat $CFS/big/state)\" = idle ] && grep -q mem_budget_kib $CFS/big/last_error"
 rmdir $CFS/big
@@ -125,16 +133,16 @@ for mode in short long zero huge badkey twice; do
 	ip netns exec $NS_B timeout 90 "$PEER" rping $ADDR_A 7320 $mode >/tmp/peer_rping.log 2>&1
 	rc=$?
 	sed "s/^/# peer rping $mode: /" /tmp/peer_rping.log
-	le=$(cat $CFS/rsrv/last_error)
-	ktap_print_msg "rsrv last_error: $le; state $(cat $CFS/rsrv/state)"
+	le=$(<$CFS/rsrv/last_error)
+	ktap_print_msg "rsrv last_error: $le; state $(<$CFS/rsrv/state)"
 	if [ $mode = twice ]; then
 		# Out of turn, the second message may end that connection as a
 		# protocol violation, or arrive after the first was answered.
 		ktap_check "rping client sending two messages at once: that connection ends or carries on, the server still listens" \
-			test $rc = 0 -a "$(cat $CFS/rsrv/state)" = listening
+			test $rc = 0 -a "$(<$CFS/rsrv/state)" = listening
 	else
 		ktap_check "rping client $mode: the server ends that connection with a reason" \
-			test $rc = 0 -a -n "$le" -a "$le" != "$prev" -a "$(cat $CFS/rsrv/state)" = listening
+			test $rc = 0 -a -n "$le" -a "$le" != "$prev" -a "$(<$CFS/rsrv/state)" = listening
 	fi
 	prev=$le
 done
@@ -160,7 +168,7 @@ endpoint $NS_B after role=client mode=echo addr=$ADDR_A port=7310 count=20 enabl
 wait_done after 180
 ep_diag after
 ktap_check "afterwards, a well-behaved client is served" \
-	test "$(cat $CFS/after/state)" = done -a "$(ep_get after stats verify_errors)" = 0
+	test "$(<$CFS/after/state)" = done -a "$(ep_get after stats verify_errors)" = 0
 
 unload_cmecho
 net_cleanup

@@ -23,7 +23,7 @@ endpoint $NS_B cli role=client addr=$ADDR_A ack_timeout=14 min_rnr_timer=12 retr
 wait_done cli 60
 ktap_print_msg "client read-back: $(tr '\n' ' ' <$CFS/cli/qp_attrs)"
 ktap_print_msg "server read-back: $(tr '\n' ' ' <$CFS/srv/qp_attrs)"
-ktap_check "knobs: client pings done" test "$(cat $CFS/cli/state)" = done
+ktap_check "knobs: client pings done" test "$(<$CFS/cli/state)" = done
 ktap_check "client QP: timeout 14, retry_cnt 5 (its own retry_count)" \
 	test "$(ep_get cli qp_attrs timeout)" = 14 -a "$(ep_get cli qp_attrs retry_cnt)" = 5
 ktap_check "client QP: rnr_retry 4 (the server's rnr_retry_count, sent in the REP)" \
@@ -42,7 +42,7 @@ endpoint $NS_A srv role=server addr=$ADDR_A ece_vendor_id=0x1234 ece_attr_mod=0x
 endpoint $NS_B cli role=client addr=$ADDR_A ece_vendor_id=0x1234 ece_attr_mod=0x5 count=5 enable=1
 wait_done cli 60
 ktap_print_msg "client remote_ece: $(tr '\n' ' ' <$CFS/cli/remote_ece); server remote_ece: $(tr '\n' ' ' <$CFS/srv/remote_ece)"
-ktap_check "ECE accept: pings done" test "$(cat $CFS/cli/state)" = done
+ktap_check "ECE accept: pings done" test "$(<$CFS/cli/state)" = done
 ktap_check "ECE accept: the server saw the client's offer (0x1234/0x5)" \
 	test "$(ep_get srv remote_ece vendor_id)" = 0x1234 -a "$(ep_get srv remote_ece attr_mod)" = 0x5
 ktap_check "ECE accept: the client saw the server's answer (0x1234/0x7)" \
@@ -52,7 +52,7 @@ ktap_check "ECE accept: the client saw the server's answer (0x1234/0x7)" \
 endpoint $NS_B bad role=client addr=$ADDR_A ece_vendor_id=0x999 count=5 enable=1
 wait_done bad 60
 ep_diag bad
-ktap_check "ECE strict: the client is rejected, state error" test "$(cat $CFS/bad/state)" = error
+ktap_check "ECE strict: the client is rejected, state error" test "$(<$CFS/bad/state)" = error
 ktap_check "ECE strict: the client's last_error says why" \
 	grep -qi 'rejected by the peer: vendor option' $CFS/bad/last_error
 ktap_check "ECE strict: the server counted the rejection" test "$(ep_get srv stats rejected)" = 1
@@ -62,12 +62,12 @@ reset
 endpoint $NS_A srv role=server addr=$ADDR_A max_conns=2 enable=1
 endpoint $NS_B c1 role=client addr=$ADDR_A count=10000000 enable=1
 endpoint $NS_B c2 role=client addr=$ADDR_A count=10000000 enable=1
-wait_for 100 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 2 ]"
+key_is srv stats active 2 3000
 endpoint $NS_B c3 role=client addr=$ADDR_A count=5 enable=1
 wait_done c3 60
 ep_diag c3
 ktap_check "max_conns 2: a third client is rejected" \
-	test "$(cat $CFS/c3/state)" = error -a "$(ep_get srv stats rejected)" = 1
+	test "$(<$CFS/c3/state)" = error -a "$(ep_get srv stats rejected)" = 1
 ktap_check "max_conns 2: the server's last_error gives the reason" grep -q 'max_conns 2 reached' $CFS/srv/last_error
 
 unload_cmecho

@@ -111,6 +111,19 @@ key_is() {
 	return 1
 }
 
+# key_ge EP ATTR KEY MIN TRIES: polls every 0.1 s until EP's ATTR has the line
+# "KEY N" with N >= MIN.
+key_ge() {
+	local i k v
+	for ((i = 0; i < $5; i++)); do
+		while read -r k v; do
+			[ "$k" = "$3" ] && [ "${v:-0}" -ge "$4" ] 2>/dev/null && return 0
+		done <"$CFS/$1/$2"
+		nap 0.1
+	done
+	return 1
+}
+
 # Two namespaces, a veth pair between them, an rxe link on each end.
 net_setup() {
 	net_cleanup
@@ -144,12 +157,10 @@ cm_listening() {
 	rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr [^ ]*:$1 "
 }
 
-# Runs a shell command inside namespace $1. `ip netns exec` mounts a fresh /sys,
-# so configfs is mounted again in there first.
+# Runs a command inside namespace $1: only the network namespace changes (not
+# /sys, as with `ip netns exec`), so configfs stays mounted where it is.
 in_ns() {
-	_ns=$1
-	shift
-	ip netns exec "$_ns" sh -c "mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; $*"
+	nsenter --net="/run/netns/$1" "${@:2}"
 }
 
 # Loads cmecho.ko if it is not loaded.
@@ -189,34 +200,43 @@ endpoint() {
 	in_ns "$_ns" mkdir "$CFS/$_ep" || return 1
 	for _kv in "$@"; do
 		echo "${_kv#*=}" >"$CFS/$_ep/${_kv%%=*}" || {
-			ktap_print_msg "$_ep: writing ${_kv%%=*} failed: $(cat "$CFS/$_ep/last_error")"
+			ktap_print_msg "$_ep: writing ${_kv%%=*} failed: $(<"$CFS/$_ep/last_error")"
 			return 1
 		}
 	done
 }
 
 # Value of key $3 in attribute file $2 of endpoint $1 (`key value` lines).
+# The polls and reads below fork nothing: on the debug kernel under TCG a
+# process costs about half a second.
 ep_get() {
-	sed -n "s/^$3 //p" "$CFS/$1/$2"
+	local k v
+	while read -r k v; do
+		[ "$k" = "$3" ] && { printf '%s\n' "$v"; return 0; }
+	done <"$CFS/$1/$2"
+	return 0
 }
 
 # Waits up to $2 seconds for endpoint $1 to reach state done or error.
 wait_done() {
-	_i=$(($2 * 10))
-	while [ $_i -gt 0 ]; do
-		case $(cat "$CFS/$1/state") in
+	local s end=$((SECONDS + $2))
+	while :; do
+		read -r s <"$CFS/$1/state"
+		case $s in
 		done | error) return 0 ;;
 		esac
-		sleep 0.1
-		_i=$((_i - 1))
+		[ $SECONDS -lt $end ] || return 1
+		nap 0.1
 	done
-	return 1
 }
 
 # Prints an endpoint's state, stats and last error as KTAP diagnostics.
 ep_diag() {
-	ktap_print_msg "$1: state $(cat "$CFS/$1/state"); last_error: $(cat "$CFS/$1/last_error")"
-	sed "s/^/# $1 stats: /" "$CFS/$1/stats"
+	local line
+	ktap_print_msg "$1: state $(<"$CFS/$1/state"); last_error: $(<"$CFS/$1/last_error")"
+	while IFS= read -r line; do
+		printf '# %s stats: %s\n' "$1" "$line"
+	done <"$CFS/$1/stats"
 }
 
 # True when `rdma res show cm_id` works and lists no id owned by cmecho (kernel

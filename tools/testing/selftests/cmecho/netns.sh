@@ -13,21 +13,21 @@ endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 endpoint $NS_B cli role=client addr=$ADDR_A count=5
 ns_a=$(ip netns exec $NS_A readlink /proc/self/ns/net)
 ns_b=$(ip netns exec $NS_B readlink /proc/self/ns/net)
-ktap_print_msg "srv netns $(cat $CFS/srv/netns) (ns a: $ns_a), cli netns $(cat $CFS/cli/netns) (ns b: $ns_b)"
-ktap_check "server made in netns a says netns a" test "$(cat $CFS/srv/netns)" = "$ns_a"
-ktap_check "client made in netns b says netns b" test "$(cat $CFS/cli/netns)" = "$ns_b"
+ktap_print_msg "srv netns $(<$CFS/srv/netns) (ns a: $ns_a), cli netns $(<$CFS/cli/netns) (ns b: $ns_b)"
+ktap_check "server made in netns a says netns a" test "$(<$CFS/srv/netns)" = "$ns_a"
+ktap_check "client made in netns b says netns b" test "$(<$CFS/cli/netns)" = "$ns_b"
 echo 1 >$CFS/cli/enable
 wait_done cli 60
-ktap_check "client in b reaches the server in a" test "$(cat $CFS/cli/state)" = done
+ktap_check "client in b reaches the server in a" test "$(<$CFS/cli/state)" = done
 
 # An endpoint made in the initial namespace cannot use namespace a's address.
 mkdir $CFS/init
 echo server >$CFS/init/role
 echo $ADDR_A >$CFS/init/addr
 err=$( (echo 1 >$CFS/init/enable) 2>&1)
-ktap_print_msg "init-netns server on $ADDR_A: ${err:-success}; $(cat $CFS/init/last_error)"
+ktap_print_msg "init-netns server on $ADDR_A: ${err:-success}; $(<$CFS/init/last_error)"
 ktap_check "an endpoint of the initial netns cannot listen on netns a's address" \
-	test "$(cat $CFS/init/enable)" = 0 -a "$(readlink /proc/self/ns/net)" = "$(cat $CFS/init/netns)"
+	test "$(<$CFS/init/enable)" = 0 -a "$(readlink /proc/self/ns/net)" = "$(<$CFS/init/netns)"
 rmdir $CFS/init
 
 # Deleting namespace a while its server has a live connection: the endpoint (and
@@ -35,16 +35,16 @@ rmdir $CFS/init
 # releases the last reference, the namespace is destroyed, and with it the veth
 # pair: vb vanishing from namespace b proves no reference leaked.
 endpoint $NS_B live role=client addr=$ADDR_A count=10000000 enable=1
-wait_for 100 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 1 ]"
+key_is srv stats active 1 3000
 ip netns del $NS_A
 # Served on: 100 more pings after the deletion (a namespace torn down under the
 # connection would end it).
 p1=$(ep_get live stats pings)
 wait_for 600 sh -c "[ \"\$(sed -n 's/^pings //p' $CFS/live/stats)\" -ge $((${p1:-0} + 100)) ]"
 p2=$(ep_get live stats pings)
-ktap_print_msg "after ip netns del: srv $(cat $CFS/srv/state), client pings $p1 -> $p2"
+ktap_print_msg "after ip netns del: srv $(<$CFS/srv/state), client pings $p1 -> $p2"
 ktap_check "after ip netns del, the server in it keeps serving" \
-	test "$(cat $CFS/srv/state)" = listening -a "$p2" -ge $((${p1:-0} + 100))
+	test "$(<$CFS/srv/state)" = listening -a "$p2" -ge $((${p1:-0} + 100))
 ktap_check "the namespace is kept alive: vb still exists in b" ip -n $NS_B link show vb
 timeout 60 rmdir $CFS/srv
 ktap_check "rmdir of the server in the deleted namespace returns" test $? -eq 0

@@ -63,7 +63,7 @@ rdma link del $RXE_B
 wait_done cli 120
 ep_diag cli
 ktap_check "client's device removed while connecting: the client ends in error with a reason" \
-	test "$(cat $CFS/cli/state)" = error -a "$(cat $CFS/cli/last_error)" != none
+	test "$(<$CFS/cli/state)" = error -a "$(<$CFS/cli/last_error)" != none
 rmdir $CFS/cli
 links_up
 
@@ -77,7 +77,7 @@ rdma link del $RXE_B
 wait_done cli 120
 ep_diag cli
 ktap_check "client's device removed during an unanswered connect: error with a reason" \
-	test "$(cat $CFS/cli/state)" = error -a "$(cat $CFS/cli/last_error)" != none
+	test "$(<$CFS/cli/state)" = error -a "$(<$CFS/cli/last_error)" != none
 rmdir $CFS/cli
 ip netns exec $NS_A tc qdisc del dev va root
 links_up
@@ -95,8 +95,8 @@ wait_done cli 300 || ktap_print_msg "cli: not done or error after 300 s"
 key_is srv stats active 0 600 || ktap_print_msg "srv: connections still active"
 ep_diag srv
 ep_diag cli
-st_s=$(cat $CFS/srv/state) st_c=$(cat $CFS/cli/state)
-le=$(cat $CFS/srv/last_error)
+st_s=$(<$CFS/srv/state) st_c=$(<$CFS/cli/state)
+le=$(<$CFS/srv/last_error)
 ok=1
 rmdir $CFS/cli $CFS/srv || ok=0
 ktap_check "server's device removed under 64 live connections: both sides end and say why, nothing left" \

@@ -11,7 +11,7 @@ load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 endpoint $NS_A srv role=server addr=$ADDR_A port=7174 enable=1
-ktap_check "cmecho server listening" test "$(cat $CFS/srv/state)" = listening
+ktap_check "cmecho server listening" test "$(<$CFS/srv/state)" = listening
 
 for size in 64 4096; do
 	before=$(ep_get srv stats pings)
@@ -33,7 +33,7 @@ endpoint $NS_B cli role=client addr=$ADDR_A port=7175 count=100 size=1024 enable
 wait_done cli 120
 ep_diag cli
 ktap_check "cmecho client against stock rping -s: 100 pings validated" \
-	test "$(cat $CFS/cli/state)" = done -a "$(ep_get cli stats pings)" = 100 -a "$(ep_get cli stats errors)" = 0
+	test "$(<$CFS/cli/state)" = done -a "$(ep_get cli stats pings)" = 100 -a "$(ep_get cli stats errors)" = 0
 wait $rs
 ktap_check "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
 echo 0 >$CFS/cli/enable
@@ -41,22 +41,22 @@ echo 0 >$CFS/cli/enable
 # All four up at once: a count they cannot finish keeps them connected until
 # enable=0 closes them (state idle, stats kept); then 100 pings each.
 endpoint $NS_B four role=client addr=$ADDR_A count=10000000 size=512 clients=4 enable=1
-wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 4 ]"
+key_is srv stats active 4 3000
 all_up=$?
-ktap_print_msg "server active $(ep_get srv stats active); client $(cat $CFS/four/state), connections $(ep_get four stats connections)"
+ktap_print_msg "server active $(ep_get srv stats active); client $(<$CFS/four/state), connections $(ep_get four stats connections)"
 ktap_check "4 cmecho clients active at once on the cmecho server" \
 	test $all_up -eq 0 -a "$(ep_get four stats connections)" = 4
 echo 0 >$CFS/four/enable
 ep_diag four
 ktap_check "enable=0 stops the 4 clients: idle, none active, pings validated, no error" \
-	test "$(cat $CFS/four/state)" = idle -a "$(ep_get four stats active)" = 0 \
+	test "$(<$CFS/four/state)" = idle -a "$(ep_get four stats active)" = 0 \
 	-a "$(ep_get four stats pings)" -gt 0 -a "$(ep_get four stats errors)" = 0
 echo 100 >$CFS/four/count
 echo 1 >$CFS/four/enable
 wait_done four 120
 ep_diag four
 ktap_check "4 cmecho clients at once against the cmecho server: 400 pings validated" \
-	test "$(cat $CFS/four/state)" = done -a "$(ep_get four stats pings)" = 400 -a \
+	test "$(<$CFS/four/state)" = done -a "$(ep_get four stats pings)" = 400 -a \
 	"$(ep_get four stats errors)" = 0 -a "$(ep_get four stats connections)" = 4
 ktap_check "cmecho server counted no errors" test "$(ep_get srv stats errors)" = 0
 

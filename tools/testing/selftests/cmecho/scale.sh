@@ -21,15 +21,15 @@ ip netns exec $NS_B tc qdisc add dev vb root netem delay 250ms
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A ack_timeout=20 enable=1
 endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=10000000 clients=64 \
 	ack_timeout=20 enable=1
-wait_for 1200 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 64 ]"
+key_is srv stats active 64 3000
 all_up=$?
-ktap_print_msg "server active $(ep_get srv stats active); client $(cat $CFS/many/state), connections $(ep_get many stats connections), active $(ep_get many stats active)"
+ktap_print_msg "server active $(ep_get srv stats active); client $(<$CFS/many/state), connections $(ep_get many stats connections), active $(ep_get many stats active)"
 ktap_check "64 client connections established, all active at once on the server" \
 	test $all_up -eq 0 -a "$(ep_get many stats connections)" = 64
 
 # The listing while all are up: one page holds about 25 lines, then "truncated
 # <n> more"; every line shown is an established connection with peer and QP.
-listing=$(cat $CFS/srv/connections)
+listing=$(<$CFS/srv/connections)
 n_all=$(grep -c '^conn' <<<"$listing")
 n_up=$(grep -c "^conn[0-9]* state established peer $ADDR_B:[0-9]* qp_num [0-9]" <<<"$listing")
 n_more=$(sed -n 's/^truncated \([0-9]*\) more$/\1/p' <<<"$listing")
@@ -41,10 +41,10 @@ ktap_check "rdma res show cm_id lists cmecho's ids while connections are up" cme
 
 # enable=0 closes every connection and waits (ABI): state idle, stats kept.
 echo 0 >$CFS/many/enable
-wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 0 ]"
+key_is srv stats active 0 3000
 ep_diag many
 ktap_check "enable=0 stops all 64: idle, none active on either side, what ran was verified" \
-	test "$(cat $CFS/many/state)" = idle -a "$(ep_get many stats active)" = 0 \
+	test "$(<$CFS/many/state)" = idle -a "$(ep_get many stats active)" = 0 \
 	-a "$(ep_get srv stats active)" = 0 -a "$(ep_get many stats pings)" -gt 0 \
 	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0
 
@@ -58,7 +58,7 @@ echo 1 >$CFS/many/enable
 wait_done many 300
 ep_diag many
 ktap_check "64 x 20 messages, all verified" \
-	test "$(cat $CFS/many/state)" = done -a "$(ep_get many stats pings)" = 1280 \
+	test "$(<$CFS/many/state)" = done -a "$(ep_get many stats pings)" = 1280 \
 	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0 \
 	-a "$(ep_get many stats connections)" = 64
 ep_diag srv

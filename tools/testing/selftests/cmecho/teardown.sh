@@ -15,7 +15,7 @@ endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 ip netns exec $NS_B timeout 300 rping -c -a $ADDR_A -C 1000000 -S 64 >/dev/null 2>&1 &
 rp=$!
 endpoint $NS_B cli role=client addr=$ADDR_A count=10000000 size=64 enable=1
-wait_for 600 sh -c "[ \"\$(sed -n 's/^active //p' $CFS/srv/stats)\" = 2 ]"
+key_is srv stats active 2 3000
 ep_diag srv
 ktap_check "live connections: the server has 2 established" test "$(ep_get srv stats active)" = 2
 # The listener, the server's 2 connections and the client's: seen as cmecho's, so
@@ -24,7 +24,7 @@ ktap_check "rdma res show cm_id lists cmecho's ids while connections are live" c
 
 timeout 30 rmmod cmecho 2>/tmp/rmmod.err
 rc=$?
-ktap_print_msg "rmmod with live endpoints: exit $rc: $(cat /tmp/rmmod.err)"
+ktap_print_msg "rmmod with live endpoints: exit $rc: $(</tmp/rmmod.err)"
 ktap_check "rmmod while endpoints exist is refused at once (configfs holds the module)" \
 	test $rc -ne 0 -a $rc -ne 124
 
