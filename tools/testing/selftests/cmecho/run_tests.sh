@@ -6,7 +6,9 @@
 # every cmecho module unloaded, what is left.
 #   run_tests.sh [RESULTS_DIR]   KTAP on stdout and in RESULTS_DIR/selftests.ktap;
 #                                the kernel log in dmesg.log, kmemleak's report in
-#                                kmemleak.txt, and run-complete once all is done.
+#                                kmemleak.txt, the KTAP lines with the guest's
+#                                uptime in times.log, and run-complete once all
+#                                is done.
 # CMECHO_TESTS="a.sh b.sh" runs a subset (the plan is then that subset).
 cd "$(dirname "$0")" || exit 1
 BASE_DIR=$(cd .. && pwd)
@@ -22,8 +24,21 @@ logfile=/dev/fd/1
 results=${1:-}
 read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
 
+# stamp FILE: copies stdin to stdout and, each line with the guest's uptime in
+# front (as in the kernel log), to FILE: where a run's time goes.
+stamp() {
+	local line up
+	while IFS= read -r line; do
+		printf '%s\n' "$line"
+		read -r up _ </proc/uptime
+		printf '%s %s\n' "$up" "$line" >>"$1"
+	done
+}
+
 ktap_file=/dev/null
+times_file=/dev/null
 if [ -n "$results" ]; then
+	times_file=$results/times.log
 	rm -f "$results/run-complete"
 	ktap_file=$results/selftests.ktap
 	# Stream the kernel log next to the results, so a crash leaves its trace.
@@ -36,7 +51,7 @@ fi
 	ktap_set_plan "${#progs[@]}"
 	run_many "${progs[@]/#/./}"
 	ktap_print_totals
-} | tee "$ktap_file"
+} | tee "$ktap_file" | stamp "$times_file"
 
 # kmemleak, once nothing of cmecho is loaded: objects are reported once they are
 # unreferenced and older than 5 s, so scan, wait, scan again.
