@@ -209,7 +209,7 @@ ktap_check "still listening after the refused writes" test "$(<$CFS/ep/state)" =
 # without an ARP answer. Port 7199 has no listener.
 ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
 	lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
-ip netns exec $NS_A tc qdisc add dev va root netem loss 100%
+tc -n $NS_A qdisc add dev va root netem loss 100%
 endpoint $NS_B conn role=client addr=$ADDR_A port=7199 count=10000000 enable=1
 st=$(<$CFS/conn/state)
 busy_writes conn
@@ -219,7 +219,7 @@ ktap_check "connecting client: writes fail with EBUSY and change nothing" test $
 ktap_check "connecting client: connecting before and after the refused writes" \
 	test "$st" = connecting -a "$(<$CFS/conn/state)" = connecting
 rmdir $CFS/conn
-ip netns exec $NS_A tc qdisc del dev va root
+tc -n $NS_A qdisc del dev va root
 
 # A running client: pinging the server, with a count it cannot finish.
 endpoint $NS_B run role=client addr=$ADDR_A count=10000000 enable=1

@@ -9,12 +9,17 @@
 # links to the cached kernel source when cmecho is built out of tree).
 
 # Sourced from a test in this directory, or with SELFTEST_DIR set.
-SELFTEST_DIR=${SELFTEST_DIR:-$(cd "$(dirname "$0")" && pwd)}
+# Paths are cut with parameter expansion, not dirname: on the debug kernel under
+# TCG every process costs about half a second.
+case $0 in
+*/*) SELFTEST_DIR=${SELFTEST_DIR:-$(cd "${0%/*}" && pwd)} ;;
+*) SELFTEST_DIR=${SELFTEST_DIR:-$PWD} ;;
+esac
 . "$SELFTEST_DIR/../kselftest/ktap_helpers.sh"
 . "$SELFTEST_DIR/../net/lib.sh"
 CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
-CMTIME_KO=${CMTIME_KO:-$(dirname "$CMECHO_KO")/cmecho_cmtime.ko}
-MISUSE_KO=${MISUSE_KO:-$(dirname "$CMECHO_KO")/cmecho_misuse.ko}
+CMTIME_KO=${CMTIME_KO:-${CMECHO_KO%/*}/cmecho_cmtime.ko}
+MISUSE_KO=${MISUSE_KO:-${CMECHO_KO%/*}/cmecho_misuse.ko}
 CFS=/sys/kernel/config/cmecho
 
 # Namespace names are made unique by setup_ns (net_setup); rxe link names are
@@ -63,18 +68,30 @@ check_dmesg_clean() {
 }
 
 ensure_configfs() {
-	grep -q ' /sys/kernel/config configfs ' /proc/mounts ||
-		mount -t configfs none /sys/kernel/config
+	local dev mnt fs
+	while read -r dev mnt fs _; do
+		[ "$mnt $fs" = "/sys/kernel/config configfs" ] && return 0
+	done </proc/mounts
+	mount -t configfs none /sys/kernel/config
+}
+
+# module_loaded NAME: true when module NAME is loaded.
+module_loaded() {
+	local m
+	while read -r m _; do
+		[ "$m" = "$1" ] && return 0
+	done </proc/modules
+	return 1
 }
 
 # Runs a command until it succeeds, at most $1 times 0.1 s apart.
 wait_for() {
-	_n=$1
+	local n=$1
 	shift
-	while [ "$_n" -gt 0 ]; do
+	while [ "$n" -gt 0 ]; do
 		"$@" >/dev/null 2>&1 && return 0
-		sleep 0.1
-		_n=$((_n - 1))
+		nap 0.1
+		n=$((n - 1))
 	done
 	return 1
 }
@@ -127,27 +144,39 @@ key_ge() {
 # Two namespaces, a veth pair between them, an rxe link on each end.
 net_setup() {
 	net_cleanup
-	modprobe rdma_rxe || return 1
+	module_loaded rdma_rxe || modprobe rdma_rxe || return 1
 	setup_ns NS_A NS_B || return 1
 	ip link add va netns $NS_A type veth peer name vb netns $NS_B || return 1
-	ip -n $NS_A addr add $ADDR_A/24 dev va && ip -n $NS_A link set va up &&
-		ip -n $NS_A link set lo up || return 1
-	ip -n $NS_B addr add $ADDR_B/24 dev vb && ip -n $NS_B link set vb up &&
-		ip -n $NS_B link set lo up || return 1
-	ip netns exec $NS_A rdma link add $RXE_A type rxe netdev va || return 1
-	ip netns exec $NS_B rdma link add $RXE_B type rxe netdev vb || return 1
+	printf '%s\n' "addr add $ADDR_A/24 dev va" "link set va up" "link set lo up" |
+		ip -n $NS_A -batch - || return 1
+	printf '%s\n' "addr add $ADDR_B/24 dev vb" "link set vb up" "link set lo up" |
+		ip -n $NS_B -batch - || return 1
+	in_ns $NS_A rdma link add $RXE_A type rxe netdev va || return 1
+	in_ns $NS_B rdma link add $RXE_B type rxe netdev vb || return 1
 	# Both ends answer ping before RDMA traffic starts.
-	wait_for 50 ip netns exec $NS_B ping -c 1 -W 1 $ADDR_A ||
+	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
 		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
 }
 
+# rxe_gone: neither rxe link of this program is registered.
+rxe_gone() {
+	[ ! -e /sys/class/infiniband/$RXE_A ] && [ ! -e /sys/class/infiniband/$RXE_B ]
+}
+
+# Removes the rxe links and the namespaces, if there are any (the exit trap
+# runs it again after a test's own call).
 net_cleanup() {
-	rdma link del $RXE_A 2>/dev/null
-	rdma link del $RXE_B 2>/dev/null
-	[ -n "$NS_A$NS_B" ] && cleanup_ns $NS_A $NS_B >/dev/null
-	# Device unregistration and namespace destruction finish asynchronously:
-	# let them, so that the next setup does not race with them.
-	wait_for 300 sh -c "! rdma link show 2>/dev/null | grep -qE ' ($RXE_A|$RXE_B)/'" ||
+	if ! rxe_gone; then
+		rdma link del $RXE_A 2>/dev/null
+		rdma link del $RXE_B 2>/dev/null
+	fi
+	if [ -n "$NS_A$NS_B" ]; then
+		cleanup_ns $NS_A $NS_B >/dev/null
+		NS_A= NS_B=
+	fi
+	# Device unregistration finishes asynchronously: let it, so that the next
+	# setup does not race with it.
+	wait_for 1200 rxe_gone ||
 		ktap_print_msg "net_cleanup: rxe links still present: $(rdma link show | tr '\n' ' ')"
 	return 0
 }
@@ -166,7 +195,7 @@ in_ns() {
 # Loads cmecho.ko if it is not loaded.
 load_cmecho() {
 	ensure_configfs
-	grep -q '^cmecho ' /proc/modules || insmod "$CMECHO_KO"
+	module_loaded cmecho || insmod "$CMECHO_KO"
 }
 
 # Removes every endpoint, then the module.
@@ -185,9 +214,9 @@ cmecho_cleanup() {
 	for d in "$CFS"/*/; do
 		[ -d "$d" ] && rmdir "$d" 2>/dev/null
 	done
-	grep -q '^cmecho_cmtime ' /proc/modules && rmmod cmecho_cmtime
-	grep -q '^cmecho_misuse ' /proc/modules && rmmod cmecho_misuse
-	grep -q '^cmecho ' /proc/modules && rmmod cmecho
+	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
+	module_loaded cmecho_misuse && rmmod cmecho_misuse
+	module_loaded cmecho && rmmod cmecho
 	net_cleanup
 }
 trap cmecho_cleanup EXIT

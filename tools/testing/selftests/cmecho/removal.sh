@@ -19,9 +19,9 @@ load_cmecho
 
 # links_up: (re)creates both rxe links on the existing namespaces.
 links_up() {
-	ip netns exec $NS_A rdma link add $RXE_A type rxe netdev va 2>/dev/null
-	ip netns exec $NS_B rdma link add $RXE_B type rxe netdev vb 2>/dev/null
-	wait_for 100 sh -c "rdma link show | grep -q '$RXE_A/' && rdma link show | grep -q '$RXE_B/'"
+	in_ns $NS_A rdma link add $RXE_A type rxe netdev va 2>/dev/null
+	in_ns $NS_B rdma link add $RXE_B type rxe netdev vb 2>/dev/null
+	wait_for 100 test -e /sys/class/infiniband/$RXE_A -a -e /sys/class/infiniband/$RXE_B
 }
 
 # busy PORT: a server on PORT in a and a client with 16 connections in b,
@@ -68,7 +68,7 @@ rmdir $CFS/cli
 links_up
 
 # A connect nobody answers (everything a sends is lost), then the device goes.
-ip netns exec $NS_A tc qdisc add dev va root netem loss 100%
+tc -n $NS_A qdisc add dev va root netem loss 100%
 ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
 	lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
 endpoint $NS_B cli role=client addr=$ADDR_A port=7510 count=10 enable=1
@@ -79,7 +79,7 @@ ep_diag cli
 ktap_check "client's device removed during an unanswered connect: error with a reason" \
 	test "$(<$CFS/cli/state)" = error -a "$(<$CFS/cli/last_error)" != none
 rmdir $CFS/cli
-ip netns exec $NS_A tc qdisc del dev va root
+tc -n $NS_A qdisc del dev va root
 links_up
 
 rmdir $CFS/srv
@@ -90,8 +90,8 @@ rmdir $CFS/srv
 # 250 ms of delay each way keeps the early connections' echoes from starving
 # the later ones' connection setup on the debug kernel under TCG; the ack
 # timeout (T=20, 4.3 s) stays above the 500 ms round trip.
-ip netns exec $NS_A tc qdisc add dev va root netem delay 250ms
-ip netns exec $NS_B tc qdisc add dev vb root netem delay 250ms
+tc -n $NS_A qdisc add dev va root netem delay 250ms
+tc -n $NS_B qdisc add dev vb root netem delay 250ms
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7520 \
 	ack_timeout=20 enable=1
 endpoint $NS_B cli role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7520 clients=64 \
@@ -102,8 +102,8 @@ ktap_print_msg "srv: active $(ep_get srv stats active); cli: state $(<$CFS/cli/s
 rdma link del $RXE_A
 wait_done cli 300 || ktap_print_msg "cli: not done or error after 300 s"
 key_is srv stats active 0 600 || ktap_print_msg "srv: connections still active"
-ip netns exec $NS_A tc qdisc del dev va root
-ip netns exec $NS_B tc qdisc del dev vb root
+tc -n $NS_A qdisc del dev va root
+tc -n $NS_B qdisc del dev vb root
 ep_diag srv
 ep_diag cli
 st_s=$(<$CFS/srv/state) st_c=$(<$CFS/cli/state)

@@ -16,8 +16,8 @@ net_setup || ktap_print_msg "network setup failed"
 # echoes (2 a second each) from starving the later ones' connection setup: on
 # the debug kernel under TCG, unthrottled, some connects ran past their 30 s
 # timeout. The ack timeout (T=20, 4.3 s) stays above the 500 ms round trip.
-ip netns exec $NS_A tc qdisc add dev va root netem delay 250ms
-ip netns exec $NS_B tc qdisc add dev vb root netem delay 250ms
+tc -n $NS_A qdisc add dev va root netem delay 250ms
+tc -n $NS_B qdisc add dev vb root netem delay 250ms
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A ack_timeout=20 enable=1
 endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=10000000 clients=64 \
 	ack_timeout=20 enable=1
@@ -48,8 +48,8 @@ ktap_check "enable=0 stops all 64: idle, none active on either side, what ran wa
 	-a "$(ep_get srv stats active)" = 0 -a "$(ep_get many stats pings)" -gt 0 \
 	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0
 
-ip netns exec $NS_A tc qdisc del dev va root
-ip netns exec $NS_B tc qdisc del dev vb root
+tc -n $NS_A qdisc del dev va root
+tc -n $NS_B qdisc del dev vb root
 
 # Again with 20 messages each: every connection runs to its count (stats restart
 # at enable).
