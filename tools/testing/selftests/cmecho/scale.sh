@@ -62,8 +62,12 @@ ktap_check "64 x 20 messages, all verified" \
 	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0 \
 	-a "$(ep_get many stats connections)" = 64
 ep_diag srv
-ktap_check "the server saw 128 connections (64 + 64) and no error" \
-	test "$(ep_get srv stats connections)" = 128 -a "$(ep_get srv stats errors)" = 0
+# The server counts the requests it accepted: at least the 128 the clients
+# established. It may count more, when a request is accepted whose connection
+# never establishes on the client's side (seen once on the debug kernel under
+# TCG: 129, with no error on either side and no id left).
+ktap_check "the server accepted the 128 connections (64 + 64) and counted no error" \
+	test "$(ep_get srv stats connections)" -ge 128 -a "$(ep_get srv stats errors)" = 0
 unload_cmecho
 ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 net_cleanup
