@@ -128,19 +128,6 @@ key_is() {
 	return 1
 }
 
-# key_ge EP ATTR KEY MIN TRIES: polls every 0.1 s until EP's ATTR has the line
-# "KEY N" with N >= MIN.
-key_ge() {
-	local i k v
-	for ((i = 0; i < $5; i++)); do
-		while read -r k v; do
-			[ "$k" = "$3" ] && [ "${v:-0}" -ge "$4" ] 2>/dev/null && return 0
-		done <"$CFS/$1/$2"
-		nap 0.1
-	done
-	return 1
-}
-
 # Two namespaces, a veth pair between them, an rxe link on each end.
 net_setup() {
 	net_cleanup
