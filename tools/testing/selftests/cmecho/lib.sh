@@ -128,6 +128,21 @@ key_is() {
 	return 1
 }
 
+# throttle_on / throttle_off: 250 ms of netem delay each way between the
+# namespaces, while many connections come up. It keeps the early connections'
+# echoes (two a second each at depth 1) from starving the later ones'
+# connection setup: on the debug kernel under TCG, unthrottled, some connects
+# ran past their 30 s timeout. Callers keep the ack timeout above the 500 ms
+# round trip (T=20, 4.3 s).
+throttle_on() {
+	tc -n $NS_A qdisc add dev va root netem delay 250ms
+	tc -n $NS_B qdisc add dev vb root netem delay 250ms
+}
+throttle_off() {
+	tc -n $NS_A qdisc del dev va root
+	tc -n $NS_B qdisc del dev vb root
+}
+
 # Two namespaces, a veth pair between them, an rxe link on each end.
 net_setup() {
 	net_cleanup

@@ -86,12 +86,9 @@ rmdir $CFS/srv
 
 # 64 live connections echoing, and the server's device goes away under them:
 # every connection and the listener see DEVICE_REMOVAL at once, and each client
-# connection, its echo unanswered, ends after its retries. As in scale.sh,
-# 250 ms of delay each way keeps the early connections' echoes from starving
-# the later ones' connection setup on the debug kernel under TCG; the ack
-# timeout (T=20, 4.3 s) stays above the 500 ms round trip.
-tc -n $NS_A qdisc add dev va root netem delay 250ms
-tc -n $NS_B qdisc add dev vb root netem delay 250ms
+# connection, its echo unanswered, ends after its retries. Throttled while the
+# 64 come up (lib.sh), with T=20 above the round trip.
+throttle_on
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7520 \
 	ack_timeout=20 enable=1
 endpoint $NS_B cli role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7520 clients=64 \
@@ -102,8 +99,7 @@ ktap_print_msg "srv: active $(ep_get srv stats active); cli: state $(<$CFS/cli/s
 rdma link del $RXE_A
 wait_done cli 300 || ktap_print_msg "cli: not done or error after 300 s"
 key_is srv stats active 0 600 || ktap_print_msg "srv: connections still active"
-tc -n $NS_A qdisc del dev va root
-tc -n $NS_B qdisc del dev vb root
+throttle_off
 ep_diag srv
 ep_diag cli
 st_s=$(<$CFS/srv/state) st_c=$(<$CFS/cli/state)

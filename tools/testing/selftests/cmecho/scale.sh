@@ -12,12 +12,8 @@ dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
-# While all 64 come up, 250 ms of delay each way keeps the early connections'
-# echoes (2 a second each) from starving the later ones' connection setup: on
-# the debug kernel under TCG, unthrottled, some connects ran past their 30 s
-# timeout. The ack timeout (T=20, 4.3 s) stays above the 500 ms round trip.
-tc -n $NS_A qdisc add dev va root netem delay 250ms
-tc -n $NS_B qdisc add dev vb root netem delay 250ms
+# Throttled while all 64 come up (lib.sh), with T=20 above the round trip.
+throttle_on
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A ack_timeout=20 enable=1
 endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=10000000 clients=64 \
 	ack_timeout=20 enable=1
@@ -48,8 +44,7 @@ ktap_check "enable=0 stops all 64: idle, none active on either side, what ran wa
 	-a "$(ep_get srv stats active)" = 0 -a "$(ep_get many stats pings)" -gt 0 \
 	-a "$(ep_get many stats verify_errors)" = 0 -a "$(ep_get many stats errors)" = 0
 
-tc -n $NS_A qdisc del dev va root
-tc -n $NS_B qdisc del dev vb root
+throttle_off
 
 # Again with 20 messages each: every connection runs to its count (stats restart
 # at enable).
