@@ -18,8 +18,32 @@
 
 PEER=$SELFTEST_DIR/hostile_peer
 
+# RDMA resources of cmecho, by kind: "cm_id=N qp=N cq=N pd=N mr=N". The CM
+# creates a kernel ULP's QPs and names them after itself (rdma_cm); no other
+# kernel user makes QPs through the CM here, and user space's carry their
+# process names.
+cmecho_res() {
+	local k comm out
+	for k in cm_id qp cq pd mr; do
+		comm=cmecho
+		[ $k = qp ] && comm=rdma_cm
+		out=$(rdma res show $k 2>/dev/null | grep -c "comm \[$comm\]")
+		printf '%s=%s ' $k "$out"
+	done
+}
+
+# res_grew BEFORE AFTER N: each kind in AFTER is at least N above BEFORE.
+res_grew() {
+	local -a b=($1) a=($2)
+	local i
+	[ ${#b[@]} = 5 ] && [ ${#a[@]} = 5 ] || return 1
+	for i in 0 1 2 3 4; do
+		[ "${a[i]#*=}" -ge $((${b[i]#*=} + $3)) ] || return 1
+	done
+}
+
 ktap_print_header
-ktap_set_plan 21
+ktap_set_plan 22
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -115,20 +139,22 @@ ktap_check "mem_budget_kib: a client whose connections would not fit is refused 
 	sh -c "grep -q 'Invalid argument' /tmp/big_err && [ \"\$(cat $CFS/big/state)\" = idle ] && grep -q mem_budget_kib $CFS/big/last_error"
 rmdir $CFS/big
 
-# RDMA resources of cmecho, by kind: "cm_id=N qp=N cq=N pd=N mr=N".
-cmecho_res() {
-	local k out
-	for k in cm_id qp cq pd mr; do
-		out=$(rdma res show $k 2>/dev/null | grep -c 'comm \[cmecho\]')
-		printf '%s=%s ' $k "$out"
-	done
-}
-
 # The rping-mode server against a client that breaks the protocol.
 endpoint $NS_A rsrv role=server addr=$ADDR_A port=7320 enable=1
 base=$(cmecho_res)
 ktap_print_msg "rping server listening; resources: $base"
-prev=
+# The count's positive control: one connection of cmecho's own rping client
+# to that server adds at least 2 of each kind (a cm_id, QP, CQ, PD and MRs on
+# each side).
+endpoint $NS_B ctl role=client addr=$ADDR_A port=7320 count=1000000 enable=1
+key_is rsrv stats active 1 3000
+live=$(cmecho_res)
+rmdir $CFS/ctl
+ktap_print_msg "one rping connection up; resources: $live"
+ktap_check "the resource count sees a live connection: 2 more of each kind" \
+	res_grew "$base" "$live" 2
+key_is rsrv stats active 0 3000
+prev=$(<$CFS/rsrv/last_error)
 for mode in short long zero huge badkey twice; do
 	ip netns exec $NS_B timeout 90 "$PEER" rping $ADDR_A 7320 $mode >/tmp/peer_rping.log 2>&1
 	rc=$?
