@@ -24,8 +24,10 @@
 //! 4. `Shared::inner` (`cmecho_shared_inner`): the endpoint's state, stats and
 //!    connection list. Calls into a connection's state below it, never into a
 //!    ULP state above it.
-//! 5. The `rdma` layer's own locks, `cmecho_conn_inner` and
-//!    `cmecho_listener_inner`, which nest with nothing of cmecho's.
+//! 5. The `rdma` layer's own locks, `cmecho_conn_res` (held while a
+//!    `Conn::with_res` closure runs: the closures here only post and copy),
+//!    `cmecho_conn_inner` and `cmecho_listener_inner`, which nest with nothing
+//!    of cmecho's.
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the

@@ -44,18 +44,21 @@
 //! 2. A CQ's completion work: [`ConnHandler::completion`] runs in it, and
 //!    destroying QP resources drains it.
 //! 3. The ULP's own locks.
-//! 4. [`Conn`]'s `inner` (`cmecho_conn_inner`) and [`Listener`]'s `inner`
-//!    (`cmecho_listener_inner`): never nested with each other or with 1 to 3
+//! 4. [`Conn`]'s `res` (`cmecho_conn_res`): held while a [`Conn::with_res`]
+//!    closure runs, and while the QP resources are created or taken out.
+//! 5. [`Conn`]'s `inner` (`cmecho_conn_inner`) and [`Listener`]'s `inner`
+//!    (`cmecho_listener_inner`): never nested with each other or with 1 to 4
 //!    the other way. Below them only the CM's `qp_mutex`, taken by the
 //!    parameter setters, `rdma_disconnect` and `rdma_create_qp`.
 //!
-//! So no lock of 3 or 4 is held while calling a CM function that takes a
+//! So no lock of 3 to 5 is held while calling a CM function that takes a
 //! handler mutex, or while draining a QP: this layer calls `rdma_connect`,
 //! `rdma_resolve_*`, `rdma_listen` and `rdma_destroy_id` and destroys QP
-//! resources with its own locks released, and runs the ULP's closures under
-//! `cmecho_conn_inner` only for [`Conn::with_res`], whose closure must not call
-//! back into the connection. A `Conn` waits on `changed` (`cmecho_conn_changed`)
-//! with only its `inner` held.
+//! resources with its own locks released. The ULP's closures run under a lock
+//! of this layer only in [`Conn::with_res`], under `cmecho_conn_res`; what
+//! would take that lock again from the closure fails with `EDEADLK`. A `Conn`
+//! waits on `changed` (`cmecho_conn_changed`) with only its `inner` held.
+
 
 use super::ffi;
 use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
@@ -525,7 +528,6 @@ struct ConnInner<H: ConnHandler> {
     /// an open connection stays alive even when its ULP drops every handle.
     me: Option<Arc<Conn<H>>>,
     id: Option<IdPtr>,
-    res: Option<verbs::ResPtr<Conn<H>>>,
     sink: Option<SinkPtr>,
     state: ConnState,
     remote_ece: Ece,
@@ -556,6 +558,13 @@ struct ConnInner<H: ConnHandler> {
 /// released by [`Conn::close`].
 #[pin_data]
 pub(crate) struct Conn<H: ConnHandler> {
+    /// The QP resources, under a lock of their own (taken before `inner`) so
+    /// that a [`Conn::with_res`] closure may use the rest of the connection.
+    #[pin]
+    res: Mutex<Option<verbs::ResPtr<Conn<H>>>>,
+    /// The task running a [`Conn::with_res`] closure, if one runs (as an
+    /// address, compared only with `current`; `res` is held meanwhile).
+    res_task: AtomicUsize,
     #[pin]
     inner: Mutex<ConnInner<H>>,
     #[pin]
@@ -581,10 +590,11 @@ impl<H: ConnHandler> Conn<H> {
     fn new(handler: impl PinInit<H, Error>, params: ConnParams) -> Result<Arc<Self>> {
         let conn = Arc::pin_init(
             try_pin_init!(Self {
+                res <- new_mutex!(None, "cmecho_conn_res"),
+                res_task: AtomicUsize::new(0),
                 inner <- new_mutex!(ConnInner {
                     me: None,
                     id: None,
-                    res: None,
                     sink: None,
                     state: ConnState::Connecting,
                     remote_ece: Ece::default(),
@@ -909,26 +919,34 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Creates PD, CQ and QP on the id; the QP resources hold a reference on `self`.
     fn create_res(self: &Arc<Self>, qp: &QpConfig) -> Result {
-        let mut g = self.inner.lock();
+        let mut rg = self.res.lock();
+        let g = self.inner.lock();
         let id = g.id.as_ref().ok_or(ENOTCONN)?;
-        let res = verbs::ResPtr::create(id, self.clone(), qp)?;
-        g.res = Some(res);
+        *rg = Some(verbs::ResPtr::create(id, self.clone(), qp)?);
         Ok(())
     }
 
     /// Runs `f` with the QP resources, or fails with `ENOTCONN` once they are gone.
     ///
-    /// `f` runs under this connection's lock: it must not call back into the
-    /// connection (that would wait for itself).
+    /// `f` runs under the resources' lock, which keeps them from being destroyed
+    /// meanwhile, and may use the rest of the connection. What would need that
+    /// lock again from within `f` fails with `EDEADLK` instead of waiting for
+    /// itself: a nested `with_res` (or [`Conn::qp_attrs`]) and
+    /// [`Conn::close_and_wait`]. [`Conn::close`] from `f` closes after it.
     pub(crate) fn with_res<R>(
         &self,
         f: impl FnOnce(&verbs::ResPtr<Self>) -> Result<R>,
     ) -> Result<R> {
-        let g = self.inner.lock();
-        match &g.res {
-            Some(res) => f(res),
-            None => Err(ENOTCONN),
+        let me = current_task();
+        if self.res_task.load(Ordering::Relaxed) == me {
+            return Err(EDEADLK);
         }
+        let g = self.res.lock();
+        let res = g.as_ref().ok_or(ENOTCONN)?;
+        self.res_task.store(me, Ordering::Relaxed);
+        let r = f(res);
+        self.res_task.store(0, Ordering::Relaxed);
+        r
     }
 
     /// The connection's handler.
@@ -1039,8 +1057,9 @@ impl<H: ConnHandler> Conn<H> {
     /// Process context only; `EDEADLK` from within one of this connection's own
     /// callbacks: its CM events, its `setup` (which runs in [`Conn::connect`] on
     /// the active side, in the request's CM handler on the passive side), its
-    /// `accepted` and its completions. Closing waits for the CM handlers
-    /// (`rdma_destroy_id`) and for `connect`, and drains the completions.
+    /// `accepted`, its completions and its [`Conn::with_res`] closures. Closing
+    /// waits for the CM handlers (`rdma_destroy_id`) and for `connect`, and
+    /// drains the completions.
     ///
     /// It does not see a cycle between two connections (each one's callback
     /// waiting for the other to close): callbacks close other connections with
@@ -1054,6 +1073,7 @@ impl<H: ConnHandler> Conn<H> {
             if g.handler_task == me
                 || (g.connecting && g.connect_task == me)
                 || self.cq_task.load(Ordering::Relaxed) == me
+                || self.res_task.load(Ordering::Relaxed) == me
             {
                 return Err(EDEADLK);
             }
@@ -1079,6 +1099,7 @@ impl<H: ConnHandler> Conn<H> {
     /// Releases everything this connection still owns, in the required order.
     fn close_now(&self) {
         let (id, res, sink, me) = {
+            let mut rg = self.res.lock();
             let mut g = self.inner.lock();
             if g.state == ConnState::Closed || g.closer {
                 return;
@@ -1094,7 +1115,7 @@ impl<H: ConnHandler> Conn<H> {
             }
             g.closer = true;
             g.state = ConnState::Closing;
-            (g.id.take(), g.res.take(), g.sink.take(), g.me.take())
+            (g.id.take(), rg.take(), g.sink.take(), g.me.take())
         };
         if let Some(id) = &id {
             // SAFETY: We own the id (taken out of the shared state above).
@@ -1165,6 +1186,7 @@ impl<H: ConnHandler> Conn<H> {
     ///   a close that comes later finds nothing to release.
     fn device_removed(&self) -> Verdict {
         let (id, res, sink, was_established) = {
+            let mut rg = self.res.lock();
             let mut g = self.inner.lock();
             if g.connecting {
                 if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
@@ -1181,7 +1203,7 @@ impl<H: ConnHandler> Conn<H> {
             if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
                 g.state = ConnState::DeviceRemoved;
             }
-            (id, g.res.take(), g.sink.take(), was_established)
+            (id, rg.take(), g.sink.take(), was_established)
         };
         if let Some(res) = res {
             // SAFETY: The id is handed back only below; a CM handler is not a
@@ -1570,6 +1592,7 @@ impl<L: ListenHandler> Listener<L> {
         // Decide and take in one critical section: once `connecting` is clear, a
         // close takes the id itself (and waits for this handler to destroy it).
         let taken = {
+            let mut rg = conn.res.lock();
             let mut g = conn.inner.lock();
             g.connecting = false;
             let r = match r {
@@ -1581,7 +1604,7 @@ impl<L: ListenHandler> Listener<L> {
                 Err(e) => {
                     g.state = ConnState::Closed;
                     g.handler_task = 0;
-                    Err((e, g.id.take(), g.res.take(), g.sink.take(), g.me.take()))
+                    Err((e, g.id.take(), rg.take(), g.sink.take(), g.me.take()))
                 }
             }
         };

@@ -168,7 +168,7 @@ pub(crate) struct ResPtr<C: Completion> {
 }
 
 // SAFETY: The bundle may be used from any thread; the callers serialise its use
-// through the connection's lock. The context it holds is an `Arc<C>` with
+// through the connection's `res` lock. The context it holds is an `Arc<C>` with
 // `C: Send + Sync`.
 unsafe impl<C: Completion> Send for ResPtr<C> {}
 
