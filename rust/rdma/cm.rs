@@ -58,7 +58,12 @@
 //! of this layer only in [`Conn::with_res`], under `cmecho_conn_res`; what
 //! would take that lock again from the closure fails with `EDEADLK`. A `Conn`
 //! waits on `changed` (`cmecho_conn_changed`) with only its `inner` held.
-
+//!
+//! The calls that wait for CM handlers or completions ([`Conn::connect`],
+//! [`Conn::close_and_wait`]) fail with `EDEADLK` from any callback of this
+//! layer, and [`Listener::stop`] defers its work from one: a callback waiting
+//! for another's handler or completion, while that one waits for it, is a
+//! cycle no lock order shows.
 
 use super::ffi;
 use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
@@ -636,9 +641,10 @@ impl<H: ConnHandler> Conn<H> {
     /// documentation), creates the QP with `qp` between route resolution and
     /// connect, and calls `handler.setup()` before connecting. On failure the
     /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
-    /// called from process context (it sleeps), never from a CM or completion
-    /// handler. Only a connection made by [`Conn::new_active`] connects, once:
-    /// `EINVAL` for an accepted one, `ECONNABORTED` for a second call.
+    /// called from process context (it sleeps): `EDEADLK` from a callback of this
+    /// layer (a CM event or a completion). Only a connection made by
+    /// [`Conn::new_active`] connects, once: `EINVAL` for an accepted one,
+    /// `ECONNABORTED` for a second call.
     pub(crate) fn connect(
         self: &Arc<Self>,
         net: &NetNs,
@@ -651,6 +657,10 @@ impl<H: ConnHandler> Conn<H> {
             if !g.active {
                 // An accepted connection: its id and QP are the listener's doing.
                 return Err(step_err("rdma_connect", EINVAL));
+            }
+            if in_callback() {
+                // It waits for CM events, which this callback may be holding up.
+                return Err(step_err("rdma_connect", EDEADLK));
             }
             if g.state != ConnState::Connecting || g.connecting || g.id.is_some() {
                 return Err(step_err("rdma_connect", ECONNABORTED));
@@ -1054,23 +1064,22 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Closes the connection and waits until it is closed.
     ///
-    /// Process context only; `EDEADLK` from within one of this connection's own
-    /// callbacks: its CM events, its `setup` (which runs in [`Conn::connect`] on
-    /// the active side, in the request's CM handler on the passive side), its
-    /// `accepted`, its completions and its [`Conn::with_res`] closures. Closing
-    /// waits for the CM handlers (`rdma_destroy_id`) and for `connect`, and
-    /// drains the completions.
-    ///
-    /// It does not see a cycle between two connections (each one's callback
-    /// waiting for the other to close): callbacks close other connections with
-    /// [`Conn::close`], never this.
+    /// Process context only; `EDEADLK` from within any callback of this layer
+    /// (a CM event of any id, `setup` and `accepted` on the passive side, a
+    /// completion of any connection), from this connection's own `setup` in
+    /// [`Conn::connect`], and from a [`Conn::with_res`] closure of its own.
+    /// Closing waits for the CM handlers (`rdma_destroy_id`) and for `connect`,
+    /// and drains the completions: from a callback, two connections each
+    /// closing the other would wait for each other. Callbacks use
+    /// [`Conn::close`].
     pub(crate) fn close_and_wait(&self) -> Result {
         // Only this connection's own callbacks, on this very task, must not wait:
         // other threads wait, `rdma_destroy_id` letting a running handler finish.
         let me = current_task();
         {
             let g = self.inner.lock();
-            if g.handler_task == me
+            if in_callback()
+                || g.handler_task == me
                 || (g.connecting && g.connect_task == me)
                 || self.cq_task.load(Ordering::Relaxed) == me
                 || self.res_task.load(Ordering::Relaxed) == me
@@ -1280,8 +1289,49 @@ fn current_task() -> usize {
     kernel::task::Task::current_raw() as usize
 }
 
+/// How many tasks running a callback of this layer at once are tracked.
+const CALLBACK_SLOTS: usize = 256;
+
+/// The tasks running a callback of this layer (a CM event of any cmecho id, a
+/// completion of any connection), as addresses compared only with `current`:
+/// the calls that wait for CM handlers or completions refuse them.
+static IN_CALLBACK: [AtomicUsize; CALLBACK_SLOTS] = [const { AtomicUsize::new(0) }; CALLBACK_SLOTS];
+
+/// The calling task in [`IN_CALLBACK`] while this lives.
+///
+/// Beyond [`CALLBACK_SLOTS`] tasks at once the callback is not tracked; each
+/// connection's and listener's own tasks still are (`handler_task`,
+/// `cq_task`, `handler_tasks`).
+struct CallbackScope(Option<usize>);
+
+impl CallbackScope {
+    fn enter() -> Self {
+        let me = current_task();
+        let slot = IN_CALLBACK.iter().position(|t| {
+            t.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        Self(slot)
+    }
+}
+
+impl Drop for CallbackScope {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            IN_CALLBACK[i].store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Whether the calling task runs a callback of this layer.
+fn in_callback() -> bool {
+    let me = current_task();
+    IN_CALLBACK.iter().any(|t| t.load(Ordering::Acquire) == me)
+}
+
 impl<H: ConnHandler> verbs::Completion for Conn<H> {
     fn complete(&self, _from: verbs::FromCq, tag: u32, status: Result<u32, WcError>) {
+        let _scope = CallbackScope::enter();
         self.cq_task.store(current_task(), Ordering::Relaxed);
         self.handler.completion(self, tag, status);
         self.cq_task.store(0, Ordering::Relaxed);
@@ -1303,6 +1353,7 @@ unsafe extern "C" fn cmecho_rs_cm_event(
     if ctx.is_null() {
         return 0;
     }
+    let _scope = CallbackScope::enter();
     // SAFETY: The caller guarantees `ev` is valid.
     let event = unsafe { Event::read(ev) };
     // SAFETY: A non-null context of a cmecho id is a live `SinkPtr` box; its owner
@@ -1475,17 +1526,21 @@ impl<L: ListenHandler> Listener<L> {
 
     /// Stops listening: destroys the id (waiting for a running handler) and the sink.
     ///
-    /// From this listener's own event handler (its [`ListenHandler`] callbacks),
-    /// where `rdma_destroy_id` would wait for itself, the destruction is deferred
-    /// to the module's workqueue; no request is accepted meanwhile, and a `stop`
-    /// from elsewhere returns before the deferred destruction is done. Not from
-    /// another id's CM handler (a [`ConnHandler`] callback, or another
-    /// listener's): process context or this listener's own callbacks only.
+    /// From any callback of this layer (this listener's own [`ListenHandler`]
+    /// callbacks, where `rdma_destroy_id` would wait for itself, or another id's
+    /// CM event or a completion, which that wait could hold up), the destruction
+    /// is deferred to the module's workqueue; no request is accepted meanwhile,
+    /// and a `stop` from elsewhere returns before the deferred destruction is
+    /// done.
     pub(crate) fn stop(&self) {
         let (id, sink, deferred) = {
             let mut g = self.inner.lock();
             let me = current_task();
-            (g.id.take(), g.sink.take(), g.handler_tasks.contains(&me))
+            (
+                g.id.take(),
+                g.sink.take(),
+                g.handler_tasks.contains(&me) || in_callback(),
+            )
         };
         if deferred && (id.is_some() || sink.is_some()) {
             if let Err((id, sink)) = Self::release_later(id, sink) {
