@@ -10,7 +10,10 @@
 //! - 0: `close_and_wait` from the passive side's `setup` (the request's CM handler),
 //! - 1: `close_and_wait` from `accepted` (the same handler),
 //! - 2: `connect` on an accepted connection,
-//! - 3: `close_and_wait` from a completion of the connection's own CQ.
+//! - 3: `close_and_wait` from a completion of the connection's own CQ,
+//! - 4: `close_and_wait` from a `with_res` closure of the same connection,
+//! - 5: each end's completion `close_and_wait`s the other end, both at once,
+//! - 6: `connect` of a new connection from `accepted` (a CM handler).
 //!
 //! ```text
 //! ip netns exec a insmod cmecho_misuse.ko addr=10.77.0.1 port=7190 case=3
@@ -45,7 +48,7 @@ module! {
         },
         case: u32 {
             default: 0,
-            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion",
+            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion, 4 with_res, 5 cycle, 6 connect in accepted",
         },
     },
 }
@@ -55,24 +58,34 @@ extern "C" {
 }
 
 /// The misuses, by `case`: name and the errno the layer must answer with.
-const CASES: [(&str, Error); 4] = [
+const CASES: [(&str, Error); 7] = [
     ("close_and_wait in setup", EDEADLK),
     ("close_and_wait in accepted", EDEADLK),
     ("connect on an accepted connection", EINVAL),
     ("close_and_wait in a completion", EDEADLK),
+    ("close_and_wait in with_res", EDEADLK),
+    ("close_and_wait of each other in two completions", EDEADLK),
+    ("connect in accepted", EDEADLK),
 ];
 
+/// Tags and buffers: 0 receives (and case 3 sends), 1 sends in case 5.
 const QP: QpConfig = QpConfig {
-    ntags: 1,
-    nbufs: 1,
+    ntags: 2,
+    nbufs: 2,
     max_send_wr: 1,
     max_recv_wr: 1,
 };
 
-/// What the misuse returned, and the accepted connection (the sample's to close).
+/// How long each end's completion waits for the other's in case 5.
+const RENDEZVOUS_MS: u32 = 5000;
+
+/// What the misuse returned, and both ends (the sample's to close).
 struct Found {
     answer: Option<Result>,
     accepted: Option<Arc<Conn<Peer>>>,
+    active: Option<Arc<Conn<Peer>>>,
+    /// Case 5: the completions that reached the rendezvous.
+    inside: u32,
 }
 
 #[pin_data]
@@ -92,6 +105,26 @@ impl Findings {
         drop(g);
         self.cv.notify_all();
     }
+
+    /// Case 5: waits, up to [`RENDEZVOUS_MS`], until both ends' completions are
+    /// here, then returns the other end.
+    fn rendezvous(&self, passive: bool) -> Option<Arc<Conn<Peer>>> {
+        let mut g = self.m.lock();
+        g.inside += 1;
+        self.cv.notify_all();
+        let mut left = msecs_to_jiffies(RENDEZVOUS_MS);
+        while g.inside < 2 && left > 0 {
+            left = match self.cv.wait_interruptible_timeout(&mut g, left) {
+                kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
+                _ => 0,
+            };
+        }
+        if passive {
+            g.active.clone()
+        } else {
+            g.accepted.clone()
+        }
+    }
 }
 
 /// Both ends' connection handler; commits the misuses that belong to a callback.
@@ -104,7 +137,10 @@ struct Peer {
 impl ConnHandler for Peer {
     fn setup(&self, conn: &Conn<Self>) -> Result {
         conn.with_res(|res| res.alloc_buf(0, 16, false))?;
-        if self.passive {
+        if self.case == 5 {
+            conn.with_res(|res| res.alloc_buf(1, 16, false))?;
+        }
+        if self.passive || self.case == 5 {
             conn.with_res(|res| res.post_recv(0, 0, 0, 16))?;
             if self.case == 0 {
                 self.f.record(conn.close_and_wait());
@@ -113,9 +149,15 @@ impl ConnHandler for Peer {
         Ok(())
     }
 
-    fn completion(&self, conn: &Conn<Self>, _tag: u32, status: Result<u32, WcError>) {
+    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
         if !self.passive && self.case == 3 && status.is_ok() {
             self.f.record(conn.close_and_wait());
+        }
+        if self.case == 5 && tag == 0 && status.is_ok() {
+            // Both ends' completions run at once, and each closes the other.
+            if let Some(other) = self.f.rendezvous(self.passive) {
+                self.f.record(other.close_and_wait());
+            }
         }
     }
 
@@ -132,6 +174,23 @@ struct Server {
     net: NetNs,
     addr: &'static CStr,
     case: u32,
+}
+
+impl Server {
+    /// Case 6: a new connection, to this same listener, from a CM handler.
+    fn connect_another(&self) -> Result {
+        let peer = Peer {
+            f: self.f.clone(),
+            passive: false,
+            case: 6,
+        };
+        let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::rping())?;
+        let port = module_parameters::port.value();
+        let r = conn.connect(&self.net, self.addr, port, QP);
+        // Should it have connected, it closes after this handler.
+        conn.close();
+        r.map_err(|e: StepError| e.err)
+    }
 }
 
 impl ListenHandler for Server {
@@ -161,6 +220,7 @@ impl ListenHandler for Server {
                 let r = conn.connect(&self.net, self.addr, port, QP);
                 Some(r.map_err(|e: StepError| e.err))
             }
+            6 => Some(self.connect_another()),
             _ => None,
         };
         // Kept before the answer is recorded: `commit` closes it once it has both.
@@ -187,7 +247,15 @@ fn commit(case: u32) -> Result<Result> {
     let port = module_parameters::port.value();
     let f = Arc::pin_init(
         pin_init!(Findings {
-            m <- new_mutex!(Found { answer: None, accepted: None }, "misuse_found"),
+            m <- new_mutex!(
+                Found {
+                    answer: None,
+                    accepted: None,
+                    active: None,
+                    inside: 0,
+                },
+                "misuse_found"
+            ),
             cv <- new_condvar!("misuse_found_cv"),
         }),
         GFP_KERNEL,
@@ -221,8 +289,14 @@ fn exchange(
     };
     let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::rping())?;
     let connected = conn.connect(net, addr, module_parameters::port.value(), QP);
+    f.m.lock().active = Some(conn.clone());
     let posted = match connected {
         Ok(()) if case == 3 => conn.with_res(|res| res.post_send(0, 0, 0, 16)),
+        Ok(()) if case == 4 => {
+            f.record(conn.with_res(|_| conn.close_and_wait()));
+            Ok(())
+        }
+        Ok(()) if case == 5 => cross_sends(f, &conn),
         _ => Ok(()),
     };
     // Up to 10 s for the answer and, once connected, the accepted connection.
@@ -241,7 +315,10 @@ fn exchange(
     // Stopping waits for a running connect request handler: nothing is
     // accepted after this, and what was is in `accepted`.
     l.stop();
-    let accepted = f.m.lock().accepted.take();
+    let (accepted, _active) = {
+        let mut g = f.m.lock();
+        (g.accepted.take(), g.active.take())
+    };
     if let Some(c) = accepted {
         let _ = c.close_and_wait();
     }
@@ -250,6 +327,23 @@ fn exchange(
     }
     posted?;
     answer.ok_or(ETIMEDOUT)
+}
+
+/// Case 5: once the accepted end is known, each end sends to the other.
+fn cross_sends(f: &Findings, conn: &Arc<Conn<Peer>>) -> Result {
+    let other = {
+        let mut g = f.m.lock();
+        let mut left = msecs_to_jiffies(10_000);
+        while g.accepted.is_none() && left > 0 {
+            left = match f.cv.wait_interruptible_timeout(&mut g, left) {
+                kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
+                _ => 0,
+            };
+        }
+        g.accepted.clone().ok_or(ETIMEDOUT)?
+    };
+    other.with_res(|res| res.post_send(1, 1, 0, 16))?;
+    conn.with_res(|res| res.post_send(1, 1, 0, 16))
 }
 
 struct Misuse {

@@ -2,15 +2,17 @@
 # SPDX-License-Identifier: GPL-2.0
 # The misuse sample commits, one load per case, a call that cmecho's rdma layer
 # lets a ULP write but must refuse: close_and_wait from a connection's own CM
-# handler (the passive side's setup and accepted) or its own completion, and
-# connect on an accepted connection. Each must come back with its errno, not
-# hang (the hung-task detector would panic the guest), and leave no RDMA
-# resource of the sample behind.
+# handler (the passive side's setup and accepted), its own completion or its
+# own with_res closure; two connections' completions each close_and_wait-ing
+# the other at once; connect on an accepted connection, and connect of a new
+# one from a CM handler. Each must come back with its errno, not hang (the
+# hung-task detector would panic the guest), and leave no RDMA resource of the
+# sample behind.
 . "$(dirname "$0")/lib.sh"
 
-CASES="setup accepted connect completion"
+CASES="setup accepted connect completion with_res cycle connect_in_handler"
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 16
 dmesg_mark
 net_setup || ktap_print_msg "network setup failed"
 
@@ -39,8 +41,8 @@ for c in $CASES; do
 	i=$((i + 1))
 done
 # The sample logs the errno it got; the refusals name the right ones.
-ktap_check "the close_and_wait cases answered EDEADLK" \
-	test "$(dmesg_since | grep -c 'cmecho_misuse: case [013] .*refused with EDEADLK')" = 3
+ktap_check "the close_and_wait and connect-in-handler cases answered EDEADLK" \
+	test "$(dmesg_since | grep -c 'cmecho_misuse: case [013456] .*refused with EDEADLK')" = 6
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
