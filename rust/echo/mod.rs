@@ -409,8 +409,8 @@ impl<H: EchoConn> EpConn for Conn<H> {
     }
 
     fn close_and_wait(&self) {
-        // Only fails inside the connection's own handler; endpoints call this from
-        // process context.
+        // Only fails inside a callback of the rdma layer or a `with_res`
+        // closure; endpoints call this from process context.
         let _ = Conn::close_and_wait(self);
     }
 

@@ -57,13 +57,16 @@
 //! resources with its own locks released. The ULP's closures run under a lock
 //! of this layer only in [`Conn::with_res`], under `cmecho_conn_res`; what
 //! would take that lock again from the closure fails with `EDEADLK`. A `Conn`
-//! waits on `changed` (`cmecho_conn_changed`) with only its `inner` held.
+//! waits on `changed` (`cmecho_conn_changed`) with only its `inner` held, and
+//! its `res` too when [`Conn::disconnect_and_wait`] is called from a closure:
+//! that wait is bounded, and the `DISCONNECTED` handler needs only `inner`.
 //!
 //! The calls that wait for CM handlers or completions ([`Conn::connect`],
 //! [`Conn::close_and_wait`]) fail with `EDEADLK` from any callback of this
-//! layer, and [`Listener::stop`] defers its work from one: a callback waiting
-//! for another's handler or completion, while that one waits for it, is a
-//! cycle no lock order shows.
+//! layer and any [`Conn::with_res`] closure, and [`Listener::stop`] defers its
+//! work from them: a callback waiting for another's handler or completion,
+//! while that one waits for it, is a cycle no lock order shows. `with_res`
+//! does not nest, so two `cmecho_conn_res` are never held at once.
 
 use super::ffi;
 use super::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
@@ -642,7 +645,8 @@ impl<H: ConnHandler> Conn<H> {
     /// connect, and calls `handler.setup()` before connecting. On failure the
     /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
     /// called from process context (it sleeps): `EDEADLK` from a callback of this
-    /// layer (a CM event or a completion). Only a connection made by
+    /// layer (a CM event or a completion) or a [`Conn::with_res`] closure. Only a
+    /// connection made by
     /// [`Conn::new_active`] connects, once: `EINVAL` for an accepted one,
     /// `ECONNABORTED` for a second call.
     pub(crate) fn connect(
@@ -939,20 +943,22 @@ impl<H: ConnHandler> Conn<H> {
     /// Runs `f` with the QP resources, or fails with `ENOTCONN` once they are gone.
     ///
     /// `f` runs under the resources' lock, which keeps them from being destroyed
-    /// meanwhile, and may use the rest of the connection. What would need that
-    /// lock again from within `f` fails with `EDEADLK` instead of waiting for
-    /// itself: a nested `with_res` (or [`Conn::qp_attrs`]) and
-    /// [`Conn::close_and_wait`]. [`Conn::close`] from `f` closes after it.
+    /// meanwhile, and may use the rest of the connection. What could wait for
+    /// that lock, or for this connection's completions, from within `f` fails
+    /// with `EDEADLK`: a nested `with_res` of any connection (or
+    /// [`Conn::qp_attrs`]), [`Conn::close_and_wait`] and [`Conn::connect`];
+    /// [`Listener::stop`] defers. [`Conn::close`] from `f` closes after it.
     pub(crate) fn with_res<R>(
         &self,
         f: impl FnOnce(&verbs::ResPtr<Self>) -> Result<R>,
     ) -> Result<R> {
         let me = current_task();
-        if self.res_task.load(Ordering::Relaxed) == me {
+        if self.res_task.load(Ordering::Relaxed) == me || in_with_res() {
             return Err(EDEADLK);
         }
         let g = self.res.lock();
         let res = g.as_ref().ok_or(ENOTCONN)?;
+        let _scope = Scope::enter(WITH_RES);
         self.res_task.store(me, Ordering::Relaxed);
         let r = f(res);
         self.res_task.store(0, Ordering::Relaxed);
@@ -1066,14 +1072,14 @@ impl<H: ConnHandler> Conn<H> {
     ///
     /// Process context only; `EDEADLK` from within any callback of this layer
     /// (a CM event of any id, `setup` and `accepted` on the passive side, a
-    /// completion of any connection), from this connection's own `setup` in
-    /// [`Conn::connect`], and from a [`Conn::with_res`] closure of its own.
+    /// completion of any connection), from any [`Conn::with_res`] closure, and
+    /// from this connection's own `setup` in [`Conn::connect`].
     /// Closing waits for the CM handlers (`rdma_destroy_id`) and for `connect`,
     /// and drains the completions: from a callback, two connections each
     /// closing the other would wait for each other. Callbacks use
     /// [`Conn::close`].
     pub(crate) fn close_and_wait(&self) -> Result {
-        // Only this connection's own callbacks, on this very task, must not wait:
+        // Callbacks and `with_res` closures, on this very task, must not wait;
         // other threads wait, `rdma_destroy_id` letting a running handler finish.
         let me = current_task();
         {
@@ -1289,49 +1295,68 @@ fn current_task() -> usize {
     kernel::task::Task::current_raw() as usize
 }
 
-/// How many tasks running a callback of this layer at once are tracked.
-const CALLBACK_SLOTS: usize = 256;
+/// How many tasks running a callback of this layer, or a [`Conn::with_res`]
+/// closure, are tracked at once.
+const SCOPE_SLOTS: usize = 128;
+
+/// The low bit of a [`SCOPES`] entry: its task runs a [`Conn::with_res`]
+/// closure (a task's address is aligned, so the bit is free).
+const WITH_RES: usize = 1;
 
 /// The tasks running a callback of this layer (a CM event of any cmecho id, a
-/// completion of any connection), as addresses compared only with `current`:
-/// the calls that wait for CM handlers or completions refuse them.
-static IN_CALLBACK: [AtomicUsize; CALLBACK_SLOTS] = [const { AtomicUsize::new(0) }; CALLBACK_SLOTS];
+/// completion of any connection) or a [`Conn::with_res`] closure, as addresses
+/// compared only with `current`: the calls that wait for CM handlers or
+/// completions refuse them, and `with_res` refuses its own closures.
+static SCOPES: [AtomicUsize; SCOPE_SLOTS] = [const { AtomicUsize::new(0) }; SCOPE_SLOTS];
 
-/// The calling task in [`IN_CALLBACK`] while this lives.
+/// The calling task in [`SCOPES`] while this lives.
 ///
-/// Beyond [`CALLBACK_SLOTS`] tasks at once the callback is not tracked; each
+/// Beyond [`SCOPE_SLOTS`] tasks at once a scope is not tracked; each
 /// connection's and listener's own tasks still are (`handler_task`,
-/// `cq_task`, `handler_tasks`).
-struct CallbackScope(Option<usize>);
+/// `cq_task`, `res_task`, `handler_tasks`).
+struct Scope(Option<usize>);
 
-impl CallbackScope {
-    fn enter() -> Self {
-        let me = current_task();
-        let slot = IN_CALLBACK.iter().position(|t| {
-            t.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+impl Scope {
+    /// A callback's scope (`kind` 0) or a `with_res` closure's ([`WITH_RES`]).
+    fn enter(kind: usize) -> Self {
+        let me = current_task() | kind;
+        // A load first: a failed exchange would still take the cache line.
+        let slot = SCOPES.iter().position(|t| {
+            t.load(Ordering::Relaxed) == 0
+                && t.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
         });
         Self(slot)
     }
 }
 
-impl Drop for CallbackScope {
+impl Drop for Scope {
     fn drop(&mut self) {
         if let Some(i) = self.0 {
-            IN_CALLBACK[i].store(0, Ordering::Release);
+            SCOPES[i].store(0, Ordering::Relaxed);
         }
     }
 }
 
-/// Whether the calling task runs a callback of this layer.
+/// Whether the calling task runs a callback of this layer or a
+/// [`Conn::with_res`] closure. Only the task itself stores its own address, so
+/// relaxed loads see what it stored.
 fn in_callback() -> bool {
     let me = current_task();
-    IN_CALLBACK.iter().any(|t| t.load(Ordering::Acquire) == me)
+    SCOPES
+        .iter()
+        .any(|t| t.load(Ordering::Relaxed) & !WITH_RES == me)
+}
+
+/// Whether the calling task runs a [`Conn::with_res`] closure.
+fn in_with_res() -> bool {
+    let me = current_task() | WITH_RES;
+    SCOPES.iter().any(|t| t.load(Ordering::Relaxed) == me)
 }
 
 impl<H: ConnHandler> verbs::Completion for Conn<H> {
     fn complete(&self, _from: verbs::FromCq, tag: u32, status: Result<u32, WcError>) {
-        let _scope = CallbackScope::enter();
+        let _scope = Scope::enter(0);
         self.cq_task.store(current_task(), Ordering::Relaxed);
         self.handler.completion(self, tag, status);
         self.cq_task.store(0, Ordering::Relaxed);
@@ -1353,7 +1378,7 @@ unsafe extern "C" fn cmecho_rs_cm_event(
     if ctx.is_null() {
         return 0;
     }
-    let _scope = CallbackScope::enter();
+    let _scope = Scope::enter(0);
     // SAFETY: The caller guarantees `ev` is valid.
     let event = unsafe { Event::read(ev) };
     // SAFETY: A non-null context of a cmecho id is a live `SinkPtr` box; its owner
