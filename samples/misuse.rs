@@ -13,7 +13,9 @@
 //! - 3: `close_and_wait` from a completion of the connection's own CQ,
 //! - 4: `close_and_wait` from a `with_res` closure of the same connection,
 //! - 5: each end's completion `close_and_wait`s the other end, both at once,
-//! - 6: `connect` of a new connection from `accepted` (a CM handler).
+//! - 6: `connect` of a new connection from `accepted` (a CM handler),
+//! - 7: `with_res` of the accepted end from a `with_res` closure of the active
+//!   end.
 //!
 //! ```text
 //! ip netns exec a insmod cmecho_misuse.ko addr=10.77.0.1 port=7190 case=3
@@ -48,7 +50,7 @@ module! {
         },
         case: u32 {
             default: 0,
-            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion, 4 with_res, 5 cycle, 6 connect in accepted",
+            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion, 4 with_res, 5 cycle, 6 connect in accepted, 7 nested with_res",
         },
     },
 }
@@ -58,7 +60,7 @@ extern "C" {
 }
 
 /// The misuses, by `case`: name and the errno the layer must answer with.
-const CASES: [(&str, Error); 7] = [
+const CASES: [(&str, Error); 8] = [
     ("close_and_wait in setup", EDEADLK),
     ("close_and_wait in accepted", EDEADLK),
     ("connect on an accepted connection", EINVAL),
@@ -66,6 +68,7 @@ const CASES: [(&str, Error); 7] = [
     ("close_and_wait in with_res", EDEADLK),
     ("close_and_wait of each other in two completions", EDEADLK),
     ("connect in accepted", EDEADLK),
+    ("with_res nested in another connection's with_res", EDEADLK),
 ];
 
 /// Tags and buffers: 0 receives (and case 3 sends), 1 sends in case 5.
@@ -297,6 +300,10 @@ fn exchange(
             Ok(())
         }
         Ok(()) if case == 5 => cross_sends(f, &conn),
+        // No early return: both ends are closed below on every path.
+        Ok(()) if case == 7 => accepted_end(f).map(|other| {
+            f.record(conn.with_res(|_| other.with_res(|_| Ok(()))));
+        }),
         _ => Ok(()),
     };
     // Up to 10 s for the answer and, once connected, the accepted connection.
@@ -329,19 +336,22 @@ fn exchange(
     answer.ok_or(ETIMEDOUT)
 }
 
+/// The accepted end, once `accepted` has it (up to 10 s).
+fn accepted_end(f: &Findings) -> Result<Arc<Conn<Peer>>> {
+    let mut g = f.m.lock();
+    let mut left = msecs_to_jiffies(10_000);
+    while g.accepted.is_none() && left > 0 {
+        left = match f.cv.wait_interruptible_timeout(&mut g, left) {
+            kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
+            _ => 0,
+        };
+    }
+    g.accepted.clone().ok_or(ETIMEDOUT)
+}
+
 /// Case 5: once the accepted end is known, each end sends to the other.
 fn cross_sends(f: &Findings, conn: &Arc<Conn<Peer>>) -> Result {
-    let other = {
-        let mut g = f.m.lock();
-        let mut left = msecs_to_jiffies(10_000);
-        while g.accepted.is_none() && left > 0 {
-            left = match f.cv.wait_interruptible_timeout(&mut g, left) {
-                kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
-                _ => 0,
-            };
-        }
-        g.accepted.clone().ok_or(ETIMEDOUT)?
-    };
+    let other = accepted_end(f)?;
     other.with_res(|res| res.post_send(1, 1, 0, 16))?;
     conn.with_res(|res| res.post_send(1, 1, 0, 16))
 }

@@ -5,14 +5,14 @@
 # handler (the passive side's setup and accepted), its own completion or its
 # own with_res closure; two connections' completions each close_and_wait-ing
 # the other at once; connect on an accepted connection, and connect of a new
-# one from a CM handler. Each must come back with its errno, not hang (the
-# hung-task detector would panic the guest), and leave no RDMA resource of the
-# sample behind.
+# one from a CM handler; with_res of one connection nested in another's. Each
+# must come back with its errno, not hang (the hung-task detector would panic
+# the guest), and leave no RDMA resource of the sample behind.
 . "$(dirname "$0")/lib.sh"
 
-CASES="setup accepted connect completion with_res cycle connect_in_handler"
+CASES="setup accepted connect completion with_res cycle connect_in_handler nested_with_res"
 ktap_print_header
-ktap_set_plan 16
+ktap_set_plan 18
 dmesg_mark
 net_setup || ktap_print_msg "network setup failed"
 
@@ -41,8 +41,8 @@ for c in $CASES; do
 	i=$((i + 1))
 done
 # The sample logs the errno it got; the refusals name the right ones.
-ktap_check "the close_and_wait and connect-in-handler cases answered EDEADLK" \
-	test "$(dmesg_since | grep -c 'cmecho_misuse: case [013456] .*refused with EDEADLK')" = 6
+ktap_check "the cases that would wait for themselves answered EDEADLK" \
+	test "$(dmesg_since | grep -c 'cmecho_misuse: case [0134567] .*refused with EDEADLK')" = 7
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
