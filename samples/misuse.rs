@@ -28,7 +28,7 @@
 mod rdma;
 
 use kernel::prelude::*;
-use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
+use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex, MutexGuard};
 use kernel::time::msecs_to_jiffies;
 use rdma::cm::{
     Conn, ConnHandler, ConnParams, ConnectRequest, EndReason, ListenHandler, Listener, NetNs,
@@ -109,19 +109,25 @@ impl Findings {
         self.cv.notify_all();
     }
 
-    /// Case 5: waits, up to [`RENDEZVOUS_MS`], until both ends' completions are
-    /// here, then returns the other end.
-    fn rendezvous(&self, passive: bool) -> Option<Arc<Conn<Peer>>> {
+    /// Waits, up to `ms`, until `done` holds; returns the lock either way.
+    fn wait_until(&self, ms: u32, done: impl Fn(&Found) -> bool) -> MutexGuard<'_, Found> {
         let mut g = self.m.lock();
-        g.inside += 1;
-        self.cv.notify_all();
-        let mut left = msecs_to_jiffies(RENDEZVOUS_MS);
-        while g.inside < 2 && left > 0 {
+        let mut left = msecs_to_jiffies(ms);
+        while !done(&g) && left > 0 {
             left = match self.cv.wait_interruptible_timeout(&mut g, left) {
                 kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
                 _ => 0,
             };
         }
+        g
+    }
+
+    /// Case 5: waits, up to [`RENDEZVOUS_MS`], until both ends' completions are
+    /// here, then returns the other end.
+    fn rendezvous(&self, passive: bool) -> Option<Arc<Conn<Peer>>> {
+        self.m.lock().inside += 1;
+        self.cv.notify_all();
+        let g = self.wait_until(RENDEZVOUS_MS, |found| found.inside >= 2);
         if passive {
             g.active.clone()
         } else {
@@ -307,17 +313,11 @@ fn exchange(
         _ => Ok(()),
     };
     // Up to 10 s for the answer and, once connected, the accepted connection.
-    let answer = {
-        let mut g = f.m.lock();
-        let mut left = msecs_to_jiffies(10_000);
-        while (g.answer.is_none() || (connected.is_ok() && g.accepted.is_none())) && left > 0 {
-            left = match f.cv.wait_interruptible_timeout(&mut g, left) {
-                kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
-                _ => 0,
-            };
-        }
-        g.answer
-    };
+    let answer = f
+        .wait_until(10_000, |g| {
+            g.answer.is_some() && (connected.is_err() || g.accepted.is_some())
+        })
+        .answer;
     let _ = conn.close_and_wait();
     // Stopping waits for a running connect request handler: nothing is
     // accepted after this, and what was is in `accepted`.
@@ -338,15 +338,10 @@ fn exchange(
 
 /// The accepted end, once `accepted` has it (up to 10 s).
 fn accepted_end(f: &Findings) -> Result<Arc<Conn<Peer>>> {
-    let mut g = f.m.lock();
-    let mut left = msecs_to_jiffies(10_000);
-    while g.accepted.is_none() && left > 0 {
-        left = match f.cv.wait_interruptible_timeout(&mut g, left) {
-            kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
-            _ => 0,
-        };
-    }
-    g.accepted.clone().ok_or(ETIMEDOUT)
+    f.wait_until(10_000, |g| g.accepted.is_some())
+        .accepted
+        .clone()
+        .ok_or(ETIMEDOUT)
 }
 
 /// Case 5: once the accepted end is known, each end sends to the other.

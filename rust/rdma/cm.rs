@@ -646,9 +646,8 @@ impl<H: ConnHandler> Conn<H> {
     /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
     /// called from process context (it sleeps): `EDEADLK` from a callback of this
     /// layer (a CM event or a completion) or a [`Conn::with_res`] closure. Only a
-    /// connection made by
-    /// [`Conn::new_active`] connects, once: `EINVAL` for an accepted one,
-    /// `ECONNABORTED` for a second call.
+    /// connection made by [`Conn::new_active`] connects, once: `EINVAL` for an
+    /// accepted one, `ECONNABORTED` for a second call.
     pub(crate) fn connect(
         self: &Arc<Self>,
         net: &NetNs,
