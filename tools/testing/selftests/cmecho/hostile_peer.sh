@@ -18,17 +18,11 @@
 
 PEER=$SELFTEST_DIR/hostile_peer
 
-# RDMA resources of cmecho, by kind: "cm_id=N qp=N cq=N pd=N mr=N". The CM
-# creates a kernel ULP's QPs and names them after itself (rdma_cm); no other
-# kernel user makes QPs through the CM here, and user space's carry their
-# process names.
+# RDMA resources of cmecho, by kind: "cm_id=N qp=N cq=N pd=N mr=N".
 cmecho_res() {
-	local k comm out
+	local k
 	for k in cm_id qp cq pd mr; do
-		comm=cmecho
-		[ $k = qp ] && comm=rdma_cm
-		out=$(rdma res show $k 2>/dev/null | grep -c "comm \[$comm\]")
-		printf '%s=%s ' $k "$out"
+		printf '%s=%s ' $k "$(res_of $k cmecho -c)"
 	done
 }
 

@@ -128,6 +128,17 @@ key_is() {
 	return 1
 }
 
+# res_of KIND MODULE [GREP-ARGS]: the `rdma res show KIND` lines of a kernel
+# module's RDMA resources, through grep with GREP-ARGS (e.g. -c). The CM makes
+# a kernel ULP's QPs and names them after itself (rdma_cm), so the QPs are
+# those of every kernel ULP of the CM: in these tests, the module under test
+# alone (user space's QPs carry their process names).
+res_of() {
+	local comm=$2
+	[ "$1" = qp ] && comm=rdma_cm
+	rdma res show "$1" 2>/dev/null | grep "${@:3}" "comm \[$comm\]"
+}
+
 # throttle_on / throttle_off: 250 ms of netem delay each way between the
 # namespaces, while many connections come up. It keeps the early connections'
 # echoes (two a second each at depth 1) from starving the later ones'

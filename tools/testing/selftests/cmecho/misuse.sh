@@ -16,15 +16,12 @@ ktap_set_plan 18
 dmesg_mark
 net_setup || ktap_print_msg "network setup failed"
 
-# The sample's RDMA resources still listed by `rdma res show`: those named
-# after it, and the QPs, which the CM names after itself (rdma_cm). Nothing
-# else makes kernel QPs through the CM while this test runs.
+# The sample's RDMA resources still listed by `rdma res show` (lib.sh's
+# res_of: cmecho is not loaded here, so the CM's QPs are the sample's).
 misuse_left() {
-	local kind comm
+	local kind
 	for kind in cm_id qp cq pd mr; do
-		comm=cmecho_misuse
-		[ $kind = qp ] && comm=rdma_cm
-		rdma res show $kind 2>/dev/null | grep "comm \[$comm\]" | sed "s/^/# $kind left: /"
+		res_of $kind cmecho_misuse | sed "s/^/# $kind left: /"
 	done
 }
 
