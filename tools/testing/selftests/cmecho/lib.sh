@@ -20,6 +20,7 @@ esac
 CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
 CMTIME_KO=${CMTIME_KO:-${CMECHO_KO%/*}/cmecho_cmtime.ko}
 MISUSE_KO=${MISUSE_KO:-${CMECHO_KO%/*}/cmecho_misuse.ko}
+SLOW_LOCK_KO=${SLOW_LOCK_KO:-${CMECHO_KO%/*}/cmecho_slow_lock.ko}
 CFS=/sys/kernel/config/cmecho
 
 # Namespace names are made unique by setup_ns (net_setup); rxe link names are
@@ -229,10 +230,34 @@ cmecho_cleanup() {
 	done
 	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
 	module_loaded cmecho_misuse && rmmod cmecho_misuse
+	slow_lock_off
 	module_loaded cmecho && rmmod cmecho
 	net_cleanup
 }
 trap cmecho_cleanup EXIT
+
+# slow_lock_on COMM MS: from now on, every mutex that cmecho's code takes in a
+# task whose name starts with COMM waits MS milliseconds first
+# (slow_lock/slow_lock.c): the windows between cmecho's critical sections in
+# that task grow from nanoseconds to MS, so a race in them happens on every
+# try. slow_lock_off ends it; slow_lock_hits prints how many locks waited.
+slow_lock_on() {
+	insmod "$SLOW_LOCK_KO" comm="$1" delay_ms="$2"
+}
+slow_lock_off() {
+	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
+}
+slow_lock_hits() {
+	local h
+	read -r h </sys/module/cmecho_slow_lock/parameters/hits
+	printf '%s\n' "$h"
+}
+# slow_lock_hits_ge N: at least N locks have waited (or are waiting).
+slow_lock_hits_ge() {
+	local h
+	read -r h </sys/module/cmecho_slow_lock/parameters/hits
+	[ "$h" -ge "$1" ]
+}
 
 # Creates endpoint $2 in namespace $1 and writes attribute=value pairs ($3...).
 endpoint() {
