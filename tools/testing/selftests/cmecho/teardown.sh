@@ -2,14 +2,60 @@
 # SPDX-License-Identifier: GPL-2.0
 # Teardown with live connections never hangs and leaks no CM id: rmmod while
 # endpoints exist, rmdir of a pinging client, and `rdma link del` of the server's
-# device under live connections, each bounded by a timeout.
+# device under live connections, each bounded by a timeout; and a disable that
+# waits with a signal pending sleeps instead of spinning.
 . "$(dirname "$0")/lib.sh"
 
+# sig_writer FILE: with a handler for SIGUSR1, enables endpoint sig, then
+# disables it, and writes to FILE how long the disable took and how much system
+# time this process spent in it, both in ms.
+sig_writer() {
+	local st t0 s0
+	trap ':' USR1
+	: >"$1.ready"
+	echo 1 >$CFS/sig/enable
+	read -ra st </proc/$BASHPID/stat
+	t0=${EPOCHREALTIME/./} s0=${st[14]}
+	echo 0 >$CFS/sig/enable
+	read -ra st </proc/$BASHPID/stat
+	echo "$(((${EPOCHREALTIME/./} - t0) / 1000)) $(((st[14] - s0) * 10))" >"$1"
+}
+
+# A disable waits for a client's setup, which resolves an address nobody
+# answers and is slowed down (every lock cmecho takes in a kworker waits 0.3 s,
+# slow_lock in lib.sh), so that it takes a while to give up. The writer gets a
+# signal with a handler while it waits, again and again: the wait must sleep
+# until the setup ends, not return at once and loop (which spends the whole
+# wait as system time). The write must have waited at least 0.3 s for this to
+# show anything.
+disable_with_signal() {
+	local pid wall sys
+	endpoint $NS_B sig role=client addr=${ADDR_A%.*}.99 || return 1
+	rm -f /tmp/sig.out.ready
+	slow_lock_on kworker 300 || return 1
+	sig_writer /tmp/sig.out &
+	pid=$!
+	wait_for 50 test -e /tmp/sig.out.ready || return 1
+	while kill -USR1 $pid 2>/dev/null; do
+		nap 0.1
+	done
+	wait $pid
+	ktap_print_msg "the setup's kworker: $(slow_lock_hits) locks slowed"
+	slow_lock_off
+	read -r wall sys </tmp/sig.out || return 1
+	ktap_print_msg "disable with signals pending: took $wall ms, $sys ms of it as system time"
+	state_is sig idle 50 || return 1
+	rmdir $CFS/sig || return 1
+	[ "$wall" -ge 300 ] && [ $((sys * 2)) -lt "$wall" ]
+}
+
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 11
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
+
+ktap_check "a disable waiting with a signal pending sleeps, not spins" disable_with_signal
 
 endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 ip netns exec $NS_B timeout 300 rping -c -a $ADDR_A -C 1000000 -S 64 >/dev/null 2>&1 &
