@@ -3,7 +3,8 @@
 # Device removal racing everything else: the server's device removed while the
 # server closes its 16 connections, the client's device removed while its 16
 # connections close, during address and route resolution, and during a
-# connect that gets no answer, and under 64 live connections. Each returns,
+# connect that gets no answer, under 64 live connections, and a close at each
+# step of the removal's own handler. Each returns,
 # each endpoint says what happened, nothing of cmecho is left, and the kernel log has no report (a double
 # destroy shows as a KASAN or SLUB report).
 . "$(dirname "$0")/lib.sh"
@@ -11,7 +12,7 @@
 ROUNDS=2
 
 ktap_print_header
-ktap_set_plan 7
+ktap_set_plan 8
 dmesg_mark
 load_cmecho
 
@@ -109,6 +110,35 @@ rmdir $CFS/cli $CFS/srv || ok=0
 ktap_check "server's device removed under 64 live connections: both sides end and say why, nothing left" \
 	test $all_up = 0 -a $ok = 1 -a "$st_s" = error -a "$st_c" = error -a "${le#*device was removed}" != "$le"
 links_up
+
+# A close at each step of a device removal's handler. The rdma tool's every lock
+# in cmecho waits 0.3 s (slow_lock in lib.sh), and the client disables while
+# the removal waits for its k-th lock, k = 1 to 6, one removal each: the id is
+# destroyed once whoever comes first (a second destroy is a KASAN report), and
+# the removal, the disable and the rmdirs return.
+close_in_removal() {
+	local k port ok=1 rp
+	for ((k = 1; k <= 6; k++)); do
+		port=$((7530 + k))
+		endpoint $NS_A srv role=server addr=$ADDR_A port=$port enable=1 &&
+			endpoint $NS_B cli role=client addr=$ADDR_A port=$port count=10000000 enable=1 &&
+			key_is srv stats active 1 600 || { ktap_print_msg "k=$k: not connected"; ok=0; }
+		slow_lock_on rdma 300 || return 1
+		rdma link del $RXE_B &
+		rp=$!
+		wait_for 300 slow_lock_hits_ge $k || ktap_print_msg "k=$k: the removal took fewer locks"
+		echo 0 >$CFS/cli/enable || ok=0
+		wait $rp || ok=0
+		ktap_print_msg "k=$k: the removal took $(slow_lock_hits) locks in cmecho; client: $(<$CFS/cli/state), $(<$CFS/cli/last_error)"
+		slow_lock_off
+		rmdir $CFS/cli $CFS/srv || ok=0
+		no_cmecho_cm_ids || ok=0
+		links_up || { ktap_print_msg "rxe links not back"; ok=0; }
+	done
+	[ $ok = 1 ]
+}
+ktap_check "a close at each step of the removal's handler: one destroy, all return, nothing left" \
+	close_in_removal
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
