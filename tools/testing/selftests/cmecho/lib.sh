@@ -21,6 +21,7 @@ CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
 CMTIME_KO=${CMTIME_KO:-${CMECHO_KO%/*}/cmecho_cmtime.ko}
 MISUSE_KO=${MISUSE_KO:-${CMECHO_KO%/*}/cmecho_misuse.ko}
 SLOW_LOCK_KO=${SLOW_LOCK_KO:-${CMECHO_KO%/*}/cmecho_slow_lock.ko}
+FAIL_CALL_KO=${FAIL_CALL_KO:-${CMECHO_KO%/*}/cmecho_fail_call.ko}
 CFS=/sys/kernel/config/cmecho
 
 # Namespace names are made unique by setup_ns (net_setup); rxe link names are
@@ -231,6 +232,7 @@ cmecho_cleanup() {
 	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
 	module_loaded cmecho_misuse && rmmod cmecho_misuse
 	slow_lock_off
+	fail_call_off
 	module_loaded cmecho && rmmod cmecho
 	net_cleanup
 }
@@ -257,6 +259,22 @@ slow_lock_hits_ge() {
 	local h
 	read -r h </sys/module/cmecho_slow_lock/parameters/hits
 	[ "$h" -ge "$1" ]
+}
+
+# fail_call_on FUNC ERRNO N: the next N calls of kernel function FUNC return
+# ERRNO (negative) without running (fail_call/fail_call.c), for error paths a
+# device never takes on its own. fail_call_off ends it; fail_call_hits prints
+# how many calls failed.
+fail_call_on() {
+	insmod "$FAIL_CALL_KO" func="$1" err="$2" times="$3"
+}
+fail_call_off() {
+	! module_loaded cmecho_fail_call || rmmod cmecho_fail_call
+}
+fail_call_hits() {
+	local h
+	read -r h </sys/module/cmecho_fail_call/parameters/hits
+	printf '%s\n' "$h"
 }
 
 # Creates endpoint $2 in namespace $1 and writes attribute=value pairs ($3...).
