@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 11
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -37,6 +37,32 @@ ktap_check "cmecho client against stock rping -s: 100 pings validated" \
 wait $rs
 ktap_check "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
 echo 0 >$CFS/cli/enable
+
+# A failed fast registration. rxe never fails one on its own: fail_call makes
+# the next call of rxe_reg_fast_mr return EINVAL, and rxe completes cmecho's
+# unsignaled IB_WR_REG_MR with an error, flushing what follows. The client
+# must end in error and say which request failed (on rxe the registration is
+# itself reported as flushed, and a flushed RECV may come first), not wait for
+# an answer that cannot come.
+reg_failure() {
+	local rs hits le st
+	ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p 7176 -S 1024 >/tmp/rping_s.log 2>&1 &
+	rs=$!
+	wait_for 100 cm_listening 7176
+	fail_call_on rxe_reg_fast_mr -22 1 || return 1
+	endpoint $NS_B reg role=client addr=$ADDR_A port=7176 count=100 size=1024 enable=1
+	wait_done reg 60
+	hits=$(fail_call_hits)
+	fail_call_off
+	ep_diag reg
+	le=$(<$CFS/reg/last_error) st=$(<$CFS/reg/state)
+	ktap_print_msg "registrations failed: $hits; client: $st, $le"
+	rmdir $CFS/reg
+	kill $rs 2>/dev/null
+	wait $rs
+	[ "$hits" = 1 ] && [ "$st" = error ] && [ "${le#* failed: }" != "$le" ]
+}
+ktap_check "a failed memory registration ends the client in error, with its reason" reg_failure
 
 # All four up at once: a count they cannot finish keeps them connected until
 # enable=0 closes them (state idle, stats kept); then 100 pings each.
