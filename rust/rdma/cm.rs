@@ -556,6 +556,9 @@ struct ConnInner<H: ConnHandler> {
     /// The route is final: resolved on the active side (`rdma_resolve_route`
     /// is not called again), or taken from the request on the passive side.
     route_final: bool,
+    /// [`Conn::disconnect`] was called: the QP is going into error, and the
+    /// flushes that follow are this side's own doing.
+    disconnecting: bool,
     /// Step timings of an active connect.
     times: SetupTimes,
 }
@@ -613,6 +616,7 @@ impl<H: ConnHandler> Conn<H> {
                     connect_task: 0,
                     active: false,
                     route_final: false,
+                    disconnecting: false,
                     times: SetupTimes::ZERO,
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
@@ -974,17 +978,22 @@ impl<H: ConnHandler> Conn<H> {
         self.inner.lock().state
     }
 
-    /// Whether the connection is being set up or established: not ended, closing or
-    /// closed. Work requests failing to post on a connection that is not open are
-    /// a consequence of its teardown, not an error of their own.
+    /// Whether the connection is being set up or established: not ended,
+    /// disconnecting, closing or closed. Work requests failing to post, or
+    /// flushed, on a connection that is not open are a consequence of its
+    /// teardown, not an error of their own. A flush on an open connection is
+    /// one: its QP went into error, and the device may report only the flush
+    /// (rxe flushes the very request that failed).
     pub(crate) fn is_open(&self) -> bool {
-        matches!(
-            self.inner.lock().state,
-            ConnState::Connecting
-                | ConnState::AddrResolved
-                | ConnState::RouteResolved
-                | ConnState::Established
-        )
+        let g = self.inner.lock();
+        !g.disconnecting
+            && matches!(
+                g.state,
+                ConnState::Connecting
+                    | ConnState::AddrResolved
+                    | ConnState::RouteResolved
+                    | ConnState::Established
+            )
     }
 
     /// The ECE the peer sent (zero when it sent none).
@@ -1034,8 +1043,10 @@ impl<H: ConnHandler> Conn<H> {
     }
 
     /// Starts a disconnect; the QP flushes and the peer sees `DISCONNECTED`.
+    /// The connection is no longer [open](Conn::is_open).
     pub(crate) fn disconnect(&self) {
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
+        g.disconnecting = true;
         if let Some(id) = &g.id {
             // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
             // Its result only says whether the id was connected.
