@@ -3,8 +3,9 @@
 # Device removal racing everything else: the server's device removed while the
 # server closes its 16 connections, the client's device removed while its 16
 # connections close, during address and route resolution, and during a
-# connect that gets no answer, under 64 live connections, and a close at each
-# step of the removal's own handler. Each returns,
+# connect that gets no answer, under 64 live connections, a close at each
+# step of the removal's own handler, and a removal at each step of a server's
+# start. Each returns,
 # each endpoint says what happened, nothing of cmecho is left, and the kernel log has no report (a double
 # destroy shows as a KASAN or SLUB report).
 . "$(dirname "$0")/lib.sh"
@@ -12,7 +13,7 @@
 ROUNDS=2
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 9
 dmesg_mark
 load_cmecho
 
@@ -139,6 +140,46 @@ close_in_removal() {
 }
 ktap_check "a close at each step of the removal's handler: one destroy, all return, nothing left" \
 	close_in_removal
+
+# A device removal at each step of a server's start. The enabling shell's every
+# lock in cmecho, and in what cmecho calls (rdma_bind_addr, rdma_listen), waits
+# 0.3 s, and the server's device goes away while it waits for its k-th lock,
+# k = 1, 2, ... until the enable needs fewer: the listener's id is destroyed
+# once, by whoever comes first, the enable returns (either way), and the
+# server says what happened.
+# hits_or_gone K PID: the slowed task has reached its K-th lock, or has exited.
+hits_or_gone() {
+	slow_lock_hits_ge "$1" || ! kill -0 "$2" 2>/dev/null
+}
+removal_in_listen() {
+	local k port ok=1 wp rc
+	for ((k = 1; k <= 20; k++)); do
+		port=$((7540 + k))
+		endpoint $NS_A srv role=server addr=$ADDR_A port=$port || return 1
+		slow_lock_on sh 300 || return 1
+		sh -c "echo 1 >$CFS/srv/enable" 2>/dev/null &
+		wp=$!
+		wait_for 300 hits_or_gone $k $wp
+		if ! slow_lock_hits_ge $k; then
+			wait $wp
+			ktap_print_msg "the enable took $(slow_lock_hits) locks: each had a removal"
+			slow_lock_off
+			rmdir $CFS/srv || ok=0
+			break
+		fi
+		rdma link del $RXE_A || ok=0
+		wait $wp
+		rc=$?
+		ktap_print_msg "k=$k: enable exit $rc; server: $(<$CFS/srv/state), $(<$CFS/srv/last_error)"
+		slow_lock_off
+		rmdir $CFS/srv || ok=0
+		no_cmecho_cm_ids || ok=0
+		links_up || { ktap_print_msg "rxe links not back"; ok=0; }
+	done
+	[ $ok = 1 ] && [ $k -gt 1 ]
+}
+ktap_check "a device removal at each step of a server's start: one destroy, all return, nothing left" \
+	removal_in_listen
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
