@@ -263,7 +263,7 @@ impl ConnHandler for ClientConn {
             return;
         }
         match status {
-            Err(e) if e.is_flush() && !conn.is_open() => {}
+            Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
                 let op = match tag {
                     T_RECV => "RECV",

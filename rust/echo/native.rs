@@ -178,7 +178,7 @@ impl ConnHandler for ServerConn {
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
         match status {
-            Err(e) if e.is_flush() && !conn.is_open() => {}
+            Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
                 self.shared.stats(|s| s.wc_error(e.0));
                 self.fail(conn, fmt!("work completion failed: {}", e));
@@ -503,7 +503,7 @@ impl ConnHandler for ClientConn {
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
         match status {
-            Err(e) if e.is_flush() && !conn.is_open() => {}
+            Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
                 self.shared.stats(|s| s.wc_error(e.0));
                 let op = if tag < self.depth { "SEND" } else { "RECV" };

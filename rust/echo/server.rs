@@ -203,7 +203,7 @@ impl ConnHandler for ServerConn {
             return;
         }
         let r = match (tag, status) {
-            (_, Err(e)) if e.is_flush() && !conn.is_open() => Ok(()),
+            (_, Err(e)) if e.is_flush() && !conn.flush_is_failure() => Ok(()),
             (_, Err(e)) => {
                 let op = match tag {
                     T_RECV => "RECV",

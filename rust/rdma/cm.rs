@@ -979,11 +979,9 @@ impl<H: ConnHandler> Conn<H> {
     }
 
     /// Whether the connection is being set up or established: not ended,
-    /// disconnecting, closing or closed. Work requests failing to post, or
-    /// flushed, on a connection that is not open are a consequence of its
-    /// teardown, not an error of their own. A flush on an open connection is
-    /// one: its QP went into error, and the device may report only the flush
-    /// (rxe flushes the very request that failed).
+    /// disconnecting, closing or closed. Work requests failing to post on a
+    /// connection that is not open are a consequence of its teardown, not an
+    /// error of their own.
     pub(crate) fn is_open(&self) -> bool {
         let g = self.inner.lock();
         !g.disconnecting
@@ -994,6 +992,18 @@ impl<H: ConnHandler> Conn<H> {
                     | ConnState::RouteResolved
                     | ConnState::Established
             )
+    }
+
+    /// Whether a flushed work request fails the connection: it is established
+    /// and this side has not disconnected. Its QP then went into error without
+    /// a teardown, and the device may report only the flush (rxe flushes the
+    /// very request that failed). Before `ESTABLISHED` the CM itself puts the
+    /// QP into error (a reject, a failed accept) and its event, or the connect
+    /// timeout, says why; after a disconnect or a close, flushes are the
+    /// teardown's own.
+    pub(crate) fn flush_is_failure(&self) -> bool {
+        let g = self.inner.lock();
+        !g.disconnecting && g.state == ConnState::Established
     }
 
     /// The ECE the peer sent (zero when it sent none).
