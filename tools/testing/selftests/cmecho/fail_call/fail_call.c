@@ -53,8 +53,18 @@ static int fail_call_pre(struct kprobe *p, struct pt_regs *regs)
 	return 1;
 }
 
+/*
+ * Never runs for a failed call. Its presence keeps the probe from being
+ * optimized into a jump (which ignores a changed instruction pointer) and
+ * makes an ftrace-based probe claim the right to change it.
+ */
+static void fail_call_post(struct kprobe *p, struct pt_regs *regs, unsigned long flags)
+{
+}
+
 static struct kprobe fail_call_kp = {
 	.pre_handler = fail_call_pre,
+	.post_handler = fail_call_post,
 };
 
 static int __init fail_call_init(void)
