@@ -226,13 +226,13 @@ unload_cmecho() {
 # in the kernel is ended by the hung-task detector (it panics the guest).
 cmecho_cleanup() {
 	local d
+	slow_lock_off
+	fail_call_off
 	for d in "$CFS"/*/; do
 		[ -d "$d" ] && rmdir "$d" 2>/dev/null
 	done
 	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
 	module_loaded cmecho_misuse && rmmod cmecho_misuse
-	slow_lock_off
-	fail_call_off
 	module_loaded cmecho && rmmod cmecho
 	net_cleanup
 }

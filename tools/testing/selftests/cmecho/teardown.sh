@@ -12,8 +12,8 @@
 sig_writer() {
 	local st t0 s0
 	trap ':' USR1
-	: >"$1.ready"
 	echo 1 >$CFS/sig/enable
+	: >"$1.ready"
 	read -ra st </proc/$BASHPID/stat
 	t0=${EPOCHREALTIME/./} s0=${st[14]}
 	echo 0 >$CFS/sig/enable
@@ -31,22 +31,21 @@ sig_writer() {
 disable_with_signal() {
 	local pid wall sys
 	endpoint $NS_B sig role=client addr=${ADDR_A%.*}.99 || return 1
-	rm -f /tmp/sig.out.ready
+	rm -f /tmp/sig.out.ready /tmp/sig.out
 	slow_lock_on kworker 300 || return 1
 	sig_writer /tmp/sig.out &
 	pid=$!
-	wait_for 50 test -e /tmp/sig.out.ready || return 1
+	wait_for 50 test -e /tmp/sig.out.ready
 	while kill -USR1 $pid 2>/dev/null; do
 		nap 0.1
 	done
 	wait $pid
 	ktap_print_msg "the setup's kworker: $(slow_lock_hits) locks slowed"
 	slow_lock_off
-	read -r wall sys </tmp/sig.out || return 1
-	ktap_print_msg "disable with signals pending: took $wall ms, $sys ms of it as system time"
-	state_is sig idle 50 || return 1
-	rmdir $CFS/sig || return 1
-	[ "$wall" -ge 300 ] && [ $((sys * 2)) -lt "$wall" ]
+	read -r wall sys </tmp/sig.out
+	ktap_print_msg "disable with signals pending: took ${wall:-?} ms, ${sys:-?} ms of it as system time"
+	state_is sig idle 50 && rmdir $CFS/sig &&
+		[ "${wall:-0}" -ge 300 ] && [ $((sys * 2)) -lt "$wall" ]
 }
 
 ktap_print_header
