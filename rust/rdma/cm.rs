@@ -559,6 +559,8 @@ struct ConnInner<H: ConnHandler> {
     /// [`Conn::disconnect`] was called: the QP is going into error, and the
     /// flushes that follow are this side's own doing.
     disconnecting: bool,
+    /// `ESTABLISHED` came: [`Conn::connect`] succeeded, whatever follows.
+    was_established: bool,
     /// Step timings of an active connect.
     times: SetupTimes,
 }
@@ -617,6 +619,7 @@ impl<H: ConnHandler> Conn<H> {
                     active: false,
                     route_final: false,
                     disconnecting: false,
+                    was_established: false,
                     times: SetupTimes::ZERO,
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
@@ -647,7 +650,9 @@ impl<H: ConnHandler> Conn<H> {
     /// Applies the parameters at their required moments (see the module
     /// documentation), creates the QP with `qp` between route resolution and
     /// connect, and calls `handler.setup()` before connecting. On failure the
-    /// connection is closed. [`Conn::close`] from another thread aborts it. Must be
+    /// connection is closed. [`Conn::close`] from another thread aborts it. Once
+    /// `ESTABLISHED` came it succeeds, even when the connection failed or closed
+    /// before this task woke up: its handler (`ended`, completions) says why. Must be
     /// called from process context (it sleeps): `EDEADLK` from a callback of this
     /// layer (a CM event or a completion) or a [`Conn::with_res`] closure. Only a
     /// connection made by [`Conn::new_active`] connects, once: `EINVAL` for an
@@ -676,11 +681,14 @@ impl<H: ConnHandler> Conn<H> {
             g.connect_task = current_task();
         }
         let r = self.connect_steps(net, addr, port, &qp);
-        let aborted = {
+        let (aborted, established) = {
             let mut g = self.inner.lock();
             g.connecting = false;
             g.connect_task = 0;
-            matches!(g.state, ConnState::Closing | ConnState::DeviceRemoved)
+            (
+                matches!(g.state, ConnState::Closing | ConnState::DeviceRemoved),
+                g.was_established,
+            )
         };
         match r {
             Err(e) => {
@@ -689,8 +697,14 @@ impl<H: ConnHandler> Conn<H> {
             }
             Ok(()) if aborted => {
                 // A close (or a device removal) came while connecting: finish it.
+                // Once established, the connect itself succeeded: the close is
+                // the handler's doing or reported to it (`ended`).
                 self.close_now();
-                Err(step_err("rdma_connect", ECONNABORTED))
+                if established {
+                    Ok(())
+                } else {
+                    Err(step_err("rdma_connect", ECONNABORTED))
+                }
             }
             Ok(()) => Ok(()),
         }
@@ -890,6 +904,10 @@ impl<H: ConnHandler> Conn<H> {
         loop {
             match g.state {
                 s if s == want => return Ok(()),
+                // Established, then failed, disconnected or closed before this
+                // task woke up: the connect succeeded; what came after is the
+                // handler's to report (`ended`, its completions).
+                _ if want == ConnState::Established && g.was_established => return Ok(()),
                 ConnState::Failed(kind, status) => {
                     let reject_msg = match (&g.id, kind) {
                         (Some(id), EventKind::Rejected) => {
@@ -1281,6 +1299,7 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                     if g.remote_ece == Ece::default() {
                         g.remote_ece = ev.ece;
                     }
+                    g.was_established = true;
                 }
                 self.set_state(ConnState::Established);
                 self.handler.established(self);
