@@ -226,7 +226,7 @@ unload_cmecho() {
 # in the kernel is ended by the hung-task detector (it panics the guest).
 cmecho_cleanup() {
 	local d
-	slow_lock_off
+	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
 	fail_call_off
 	for d in "$CFS"/*/; do
 		[ -d "$d" ] && rmdir "$d" 2>/dev/null
@@ -242,22 +242,33 @@ trap cmecho_cleanup EXIT
 # task whose name starts with COMM waits MS milliseconds first
 # (slow_lock/slow_lock.c): the windows between cmecho's critical sections in
 # that task grow from nanoseconds to MS, so a race in them happens on every
-# try. slow_lock_off ends it; slow_lock_hits prints how many locks waited.
+# try. slow_lock_off ends it; slow_lock_hits prints how many locks waited
+# since slow_lock_on. The module is loaded once per program (its probe sits
+# on a hot function) and unloaded by cmecho_cleanup.
+SLOW_LOCK_PARAMS=/sys/module/cmecho_slow_lock/parameters
 slow_lock_on() {
-	insmod "$SLOW_LOCK_KO" comm="$1" delay_ms="$2"
+	if module_loaded cmecho_slow_lock; then
+		# A string parameter keeps a newline written with it: printf.
+		echo 0 >$SLOW_LOCK_PARAMS/delay_ms &&
+			printf '%s' "$1" >$SLOW_LOCK_PARAMS/comm &&
+			echo 0 >$SLOW_LOCK_PARAMS/hits &&
+			echo "$2" >$SLOW_LOCK_PARAMS/delay_ms
+	else
+		insmod "$SLOW_LOCK_KO" comm="$1" delay_ms="$2"
+	fi
 }
 slow_lock_off() {
-	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
+	! module_loaded cmecho_slow_lock || echo 0 >$SLOW_LOCK_PARAMS/delay_ms
 }
 slow_lock_hits() {
 	local h
-	read -r h </sys/module/cmecho_slow_lock/parameters/hits
+	read -r h <$SLOW_LOCK_PARAMS/hits
 	printf '%s\n' "$h"
 }
 # slow_lock_hits_ge N: at least N locks have waited (or are waiting).
 slow_lock_hits_ge() {
 	local h
-	read -r h </sys/module/cmecho_slow_lock/parameters/hits
+	read -r h <$SLOW_LOCK_PARAMS/hits
 	[ "$h" -ge "$1" ]
 }
 

@@ -53,18 +53,8 @@ static int fail_call_pre(struct kprobe *p, struct pt_regs *regs)
 	return 1;
 }
 
-/*
- * Never runs for a failed call. Its presence keeps the probe from being
- * optimized into a jump (which ignores a changed instruction pointer) and
- * makes an ftrace-based probe claim the right to change it.
- */
-static void fail_call_post(struct kprobe *p, struct pt_regs *regs, unsigned long flags)
-{
-}
-
 static struct kprobe fail_call_kp = {
 	.pre_handler = fail_call_pre,
-	.post_handler = fail_call_post,
 };
 
 static int __init fail_call_init(void)
@@ -73,11 +63,20 @@ static int __init fail_call_init(void)
 
 	if (!func[0] || err >= 0 || err < -MAX_ERRNO)
 		return -EINVAL;
+	/*
+	 * Only an ftrace-based probe (at the function's entry) is known to honour
+	 * a changed instruction pointer here: an int3 probe may be optimized into
+	 * a jump, which ignores it.
+	 */
 	atomic_set(&fail_call_left, times);
 	fail_call_kp.symbol_name = func;
 	ret = register_kprobe(&fail_call_kp);
 	if (ret)
 		return ret;
+	if (!kprobe_ftrace(&fail_call_kp)) {
+		unregister_kprobe(&fail_call_kp);
+		return -EOPNOTSUPP;
+	}
 	pr_info("cmecho_fail_call: the next %u calls of %s return %d\n", times, func, err);
 	return 0;
 }

@@ -4,8 +4,10 @@
  * critical sections, so that a race the tests cannot otherwise force happens
  * on every try. While loaded, each mutex that the code of module target= takes
  * (default cmecho), in a task whose name starts with comm=, waits delay_ms
- * before it is taken (a busy wait: the probe cannot sleep). hits counts them
- * (write 0 to reset).
+ * before it is taken (a busy wait: the probe cannot sleep). hits counts them.
+ * comm, delay_ms and hits may be rewritten while loaded (delay_ms=0 disarms):
+ * a test loads the module once and arms it as often as it needs, so that the
+ * probe on this hot function is registered once, not once per use.
  *
  *   insmod cmecho_slow_lock.ko comm=rdma delay_ms=300
  *
@@ -24,12 +26,12 @@ module_param_string(target, target, sizeof(target), 0444);
 MODULE_PARM_DESC(target, "the module whose mutex_lock calls are slowed");
 
 static char comm[TASK_COMM_LEN];
-module_param_string(comm, comm, sizeof(comm), 0444);
+module_param_string(comm, comm, sizeof(comm), 0644);
 MODULE_PARM_DESC(comm, "only tasks whose name starts with this are slowed");
 
 static unsigned int delay_ms = 300;
-module_param(delay_ms, uint, 0444);
-MODULE_PARM_DESC(delay_ms, "busy wait before each slowed mutex_lock, at most 2000");
+module_param(delay_ms, uint, 0644);
+MODULE_PARM_DESC(delay_ms, "busy wait before each slowed mutex_lock, at most 2000; 0 disarms");
 
 static unsigned int hits;
 module_param(hits, uint, 0644);
@@ -69,12 +71,15 @@ static bool slow_lock_from_target(struct pt_regs *regs)
 
 static int slow_lock_pre(struct kprobe *p, struct pt_regs *regs)
 {
-	if (strncmp(current->comm, comm, strnlen(comm, sizeof(comm))))
+	unsigned int ms = min(READ_ONCE(delay_ms), 2000U);
+	size_t len = strnlen(comm, sizeof(comm));
+
+	if (!ms || !len || strncmp(current->comm, comm, len))
 		return 0;
 	if (!slow_lock_from_target(regs))
 		return 0;
 	WRITE_ONCE(hits, READ_ONCE(hits) + 1);
-	mdelay(delay_ms);
+	mdelay(ms);
 	return 0;
 }
 
@@ -87,7 +92,7 @@ static int __init slow_lock_init(void)
 {
 	int ret;
 
-	if (!target[0] || !comm[0] || delay_ms > 2000)
+	if (!target[0] || delay_ms > 2000)
 		return -EINVAL;
 	ret = register_kprobe(&slow_lock_kp);
 	if (ret)
