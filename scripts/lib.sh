@@ -29,6 +29,16 @@ toolchain_env() {
 	export PATH="$CARGO_ROOT/bin:$VENV/bin:$PATH"
 }
 
+# Which kernel: `debug` (the default; what `make check` and `make demo` boot) or
+# `bench` (the same fragment and trims without the debug detectors, for `make bench`).
+CMECHO_FLAVOUR=${CMECHO_FLAVOUR:-debug}
+case "$CMECHO_FLAVOUR" in
+debug | bench) ;;
+*) echo "cmecho: error: CMECHO_FLAVOUR must be debug or bench, not $CMECHO_FLAVOUR" >&2; exit 1 ;;
+esac
+# The fragment that makes the flavour, applied last.
+flavour_config() { echo "$CMECHO_TOP/scripts/kernel-$CMECHO_FLAVOUR.config"; }
+
 # The cache key of a kernel build: kernel version, config fragment, toolchain versions.
 kernel_key() {
 	{
@@ -38,7 +48,7 @@ kernel_key() {
 		echo "bindgen $BINDGEN_VERSION libclang $LIBCLANG_VERSION vng $VIRTME_NG_VERSION"
 		cat "$CMECHO_TOP/tools/testing/selftests/cmecho/config"
 		cat "$CMECHO_TOP/scripts/kernel-trims.config"
-		cat "$CMECHO_TOP/scripts/kernel-debug.config"
+		cat "$(flavour_config)"
 	} | sha256sum | cut -c1-12
 }
 # The make arguments every kernel and module build uses: the clang toolchain.
