@@ -173,12 +173,9 @@ impl ClientConn {
                     p.n += 1;
                     (p.n >= self.count, p.started.map(|t| t.elapsed()))
                 };
-                self.shared.stats(|s| {
+                self.shared.stats_rtt(rtt, |s| {
                     s.pings += 1;
                     s.bytes += u64::from(self.size);
-                    if let Some(d) = rtt {
-                        s.record_rtt(d);
-                    }
                 });
                 if done {
                     // Not under `progress`: `Shared::inner` is taken after it nowhere.

@@ -309,8 +309,8 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    fn record_rtt(&mut self, d: Delta) {
-        let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
+    fn record_rtt(&mut self, ns: u64) {
+        let us = ns.div_ceil(1000);
         if self.rtt_n == 0 || us < self.rtt_min_us {
             self.rtt_min_us = us;
         }
@@ -337,19 +337,90 @@ impl Stats {
         let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
         self.run_us = self.run_us.max(us);
     }
+}
 
-    /// The upper bound, in µs, of the histogram bucket holding the `pct` percentile.
-    fn percentile_us(&self, pct: u64) -> u64 {
-        let want = (self.rtt_n * pct).div_ceil(100).max(1);
-        let mut seen = 0;
-        for (i, n) in self.rtt_hist.iter().enumerate() {
-            seen += n;
-            if seen >= want {
-                return (1u64 << (i + 1)).min(self.rtt_max_us.max(1));
-            }
+/// The round-trip times of a run, exact: each one in nanoseconds, the first
+/// [`RTT_SAMPLES`] as they came and, after that, a uniform random sample of all of
+/// them (reservoir sampling), so that percentiles are those of the samples kept,
+/// never the bounds of a histogram bucket.
+pub(crate) struct RttSamples {
+    /// Nanoseconds (saturated at `u32::MAX`, 4.29 s).
+    kept: KVVec<u32>,
+    /// How many were offered since the last reset.
+    seen: u64,
+    /// State of the xorshift generator that picks the reservoir's victims.
+    rng: u64,
+}
+
+/// How many round-trip times [`RttSamples`] keeps: 256 KiB per client endpoint.
+pub(crate) const RTT_SAMPLES: usize = 65536;
+
+impl RttSamples {
+    const fn new() -> Self {
+        Self {
+            kept: KVVec::new(),
+            seen: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
         }
-        self.rtt_max_us
     }
+
+    /// Forgets the samples, keeping the memory.
+    fn reset(&mut self) {
+        self.kept.clear();
+        self.seen = 0;
+    }
+
+    /// Makes room for [`RTT_SAMPLES`]; called before a client starts, with no lock
+    /// held, so that recording never allocates.
+    fn reserve(&mut self) -> Result {
+        let have = self.kept.capacity();
+        if have < RTT_SAMPLES {
+            self.kept
+                .reserve(RTT_SAMPLES - self.kept.len(), GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    fn record(&mut self, ns: u64) {
+        let v = u32::try_from(ns).unwrap_or(u32::MAX);
+        self.seen += 1;
+        if self.kept.len() < RTT_SAMPLES {
+            // Never allocates: the room was reserved (and when it could not be,
+            // the sample is dropped rather than allocating here).
+            let _ = self.kept.push_within_capacity(v);
+            return;
+        }
+        let j = self.next_rand() % self.seen;
+        if let Some(slot) = usize::try_from(j).ok().and_then(|j| self.kept.get_mut(j)) {
+            *slot = v;
+        }
+    }
+
+    /// A copy of the kept samples, for percentiles computed without the lock.
+    fn snapshot(&self) -> Result<KVVec<u32>> {
+        let mut v = KVVec::with_capacity(self.kept.len(), GFP_KERNEL)?;
+        v.extend_from_slice(&self.kept, GFP_KERNEL)?;
+        Ok(v)
+    }
+}
+
+/// The `pct` percentile (nearest rank) of `v`, in nanoseconds; reorders `v`.
+fn percentile_ns(v: &mut [u32], pct: usize) -> Option<u32> {
+    if v.is_empty() {
+        return None;
+    }
+    let rank = (v.len() * pct).div_ceil(100).max(1);
+    let (_, x, _) = v.select_nth_unstable(rank - 1);
+    Some(*x)
 }
 
 /// What the QP of a connection really got, captured when it was established.
@@ -495,6 +566,8 @@ struct Inner {
     state: State,
     last_error: Option<CString>,
     stats: Stats,
+    /// The round-trip times behind `stats`' percentiles.
+    rtt: RttSamples,
     read_back: Option<ReadBack>,
     run: Run,
     /// Client connection setups still running on the workqueue.
@@ -544,6 +617,7 @@ impl Endpoint {
                     state: State::Idle,
                     last_error: None,
                     stats: Stats::default(),
+                    rtt: RttSamples::new(),
                     read_back: None,
                     run: Run::new(),
                     setups: 0,
@@ -638,6 +712,25 @@ impl Endpoint {
             set_error(&mut g, fmt!("enable: already enabled"));
             return Err(EBUSY);
         }
+        // The RTT samples' room, allocated without the lock and only once, so that
+        // recording them in a completion handler never allocates. Nothing records
+        // meanwhile: the endpoint is not enabled, and `ctl` keeps other enables out;
+        // `changing` keeps attribute writes (a change of role) out meanwhile.
+        let client = g.cfg.role == Role::Client;
+        let mut room = core::mem::replace(&mut g.rtt, RttSamples::new());
+        g.changing = true;
+        drop(g);
+        let reserved = if client { room.reserve() } else { Ok(()) };
+        let mut g = sh.inner.lock();
+        g.changing = false;
+        g.rtt = room;
+        if reserved.is_err() {
+            set_error(
+                &mut g,
+                fmt!("enable: cannot allocate room for the RTT samples"),
+            );
+            return Err(ENOMEM);
+        }
         let Some(addr) = g.cfg.addr else {
             set_error(&mut g, fmt!("enable: addr is not set"));
             return Err(EINVAL);
@@ -661,6 +754,7 @@ impl Endpoint {
             return Err(EINVAL);
         }
         g.stats = Stats::default();
+        g.rtt.reset();
         g.read_back = None;
         g.last_error = None;
         match cfg.role {
@@ -754,6 +848,7 @@ impl Endpoint {
         let g = self.shared.inner.lock();
         let s = g.stats;
         let active = g.run.established();
+        let mut samples = g.rtt.snapshot();
         drop(g);
         writeln!(w, "pings {}", s.pings)?;
         writeln!(w, "bytes {}", s.bytes)?;
@@ -769,9 +864,23 @@ impl Endpoint {
         if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
             writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
             writeln!(w, "rtt_avg_us {}", avg)?;
-            writeln!(w, "rtt_p50_us {}", s.percentile_us(50))?;
-            writeln!(w, "rtt_p99_us {}", s.percentile_us(99))?;
+            let mut pct = |p| match samples.as_mut() {
+                Ok(v) => percentile_ns(v, p).map(|ns| u64::from(ns).div_ceil(1000)),
+                Err(_) => None,
+            };
+            match (pct(50), pct(99)) {
+                (Some(p50), Some(p99)) => {
+                    writeln!(w, "rtt_p50_us {}", p50)?;
+                    writeln!(w, "rtt_p99_us {}", p99)?;
+                }
+                // No memory to copy the samples into: say so rather than guess.
+                _ => {
+                    writeln!(w, "rtt_p50_us -")?;
+                    writeln!(w, "rtt_p99_us -")?;
+                }
+            }
             writeln!(w, "rtt_max_us {}", s.rtt_max_us)?;
+            writeln!(w, "rtt_samples {}", samples.as_ref().map_or(0, |v| v.len()))?;
             for (i, n) in s.rtt_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
                 writeln!(w, "rtt_hist_lt_{}us {}", 1u64 << (i + 1), n)?;
             }
@@ -779,11 +888,17 @@ impl Endpoint {
             for k in ["min", "avg", "p50", "p99", "max"] {
                 writeln!(w, "rtt_{}_us -", k)?;
             }
+            writeln!(w, "rtt_samples 0")?;
+        }
+        match s.run_us {
+            0 => writeln!(w, "run_us -")?,
+            us => writeln!(w, "run_us {}", us)?,
         }
         match (s.run_us, s.bytes) {
-            (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -"),
-            (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us),
+            (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -")?,
+            (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us)?,
         }
+        Ok(())
     }
 
     /// Writes `qp_attrs`: what the last established connection's QP got.
@@ -922,6 +1037,17 @@ impl Shared {
 
     fn stats(&self, f: impl FnOnce(&mut Stats)) {
         f(&mut self.inner.lock().stats);
+    }
+
+    /// Updates the stats with `f` and records a round-trip time, under one lock.
+    fn stats_rtt(&self, rtt: Option<Delta>, f: impl FnOnce(&mut Stats)) {
+        let mut g = self.inner.lock();
+        f(&mut g.stats);
+        if let Some(d) = rtt {
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(0);
+            g.stats.record_rtt(ns);
+            g.rtt.record(ns);
+        }
     }
 
     /// Captures what the QP of a just-established connection got.
@@ -1177,5 +1303,56 @@ impl fmt::Display for ErrName {
             Some(n) => write!(f, "{}", n.to_str().unwrap_or("?")),
             None => write!(f, "errno {}", self.0.to_errno()),
         }
+    }
+}
+
+#[kunit_tests(cmecho_stats)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v = KVec::<u32>::new();
+        for x in (1..=100u32).rev() {
+            v.push(x * 1000, GFP_KERNEL).unwrap();
+        }
+        assert_eq!(percentile_ns(&mut v, 50), Some(50_000));
+        assert_eq!(percentile_ns(&mut v, 99), Some(99_000));
+        assert_eq!(percentile_ns(&mut v, 100), Some(100_000));
+        let mut one = [7u32];
+        assert_eq!(percentile_ns(&mut one, 50), Some(7));
+        assert_eq!(percentile_ns(&mut one, 99), Some(7));
+        assert_eq!(percentile_ns(&mut [], 50), None);
+    }
+
+    #[test]
+    fn samples_keep_a_bounded_uniform_reservoir() {
+        let mut r = RttSamples::new();
+        // Without reserved room nothing is kept, and nothing allocates.
+        r.record(5);
+        assert_eq!(r.kept.len(), 0);
+        r.reset();
+        r.reserve().unwrap();
+        let cap = r.kept.capacity();
+        for i in 0..(RTT_SAMPLES as u64 * 2) {
+            r.record(i);
+        }
+        assert_eq!(r.kept.len(), RTT_SAMPLES);
+        assert_eq!(r.kept.capacity(), cap);
+        assert_eq!(r.seen, RTT_SAMPLES as u64 * 2);
+        // About half of the kept samples come from the second half.
+        let late = r
+            .kept
+            .iter()
+            .filter(|&&x| x as usize >= RTT_SAMPLES)
+            .count();
+        assert!(late > RTT_SAMPLES * 4 / 10 && late < RTT_SAMPLES * 6 / 10);
+        // Saturated at u32::MAX ns.
+        r.reset();
+        r.record(u64::MAX);
+        assert_eq!(r.kept[0], u32::MAX);
+        r.reset();
+        assert_eq!(r.kept.len(), 0);
+        assert_eq!(r.kept.capacity(), cap);
     }
 }

@@ -396,7 +396,8 @@ impl ClientConn {
                 Err(_) => false,
             }
         };
-        let rtt = sent.map(|t| t.elapsed());
+        let now = Instant::now();
+        let rtt = sent.map(|t| now - t);
         {
             let mut st = self.st.lock();
             st.expected += 1;
@@ -409,12 +410,9 @@ impl ClientConn {
                 st.counters.errors += 1;
             }
         }
-        self.shared.stats(|s| {
+        self.shared.stats_rtt(rtt, |s| {
             s.pings += 1;
             s.bytes += u64::from(len);
-            if let Some(d) = rtt {
-                s.record_rtt(d);
-            }
             if !good {
                 s.verify_errors += 1;
                 s.errors += 1;

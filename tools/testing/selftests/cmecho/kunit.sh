@@ -3,9 +3,9 @@
 # cmecho's KUnit suites (value types, rping wire format) run at module load.
 . "$(dirname "$0")/lib.sh"
 
-SUITES="cmecho_params cmecho_rping cmecho_native"
+SUITES="cmecho_params cmecho_rping cmecho_native cmecho_stats"
 ktap_print_header
-ktap_set_plan 4
+ktap_set_plan 5
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 load_cmecho

@@ -48,11 +48,14 @@ ktap_check "duration_ms 1500: ends by itself 1500 ms to 61.5 s after enable, pas
 sent_msgs=$((sent_msgs + $(ep_get dur stats pings | grep . || echo 0)))
 in_flight=$((in_flight + 8))
 sent_bytes=$((sent_bytes + $(ep_get dur stats bytes | grep . || echo 0)))
-ktap_check "stats: p50 <= p99 <= max, histogram counts every RTT" sh -c "
+ktap_check "stats: min <= p50 <= p99 <= max, histogram and exact samples count every RTT, run_us set" sh -c "
+	min=\$(sed -n 's/^rtt_min_us //p' $CFS/dur/stats)
 	p50=\$(sed -n 's/^rtt_p50_us //p' $CFS/dur/stats); p99=\$(sed -n 's/^rtt_p99_us //p' $CFS/dur/stats)
 	max=\$(sed -n 's/^rtt_max_us //p' $CFS/dur/stats); n=\$(sed -n 's/^pings //p' $CFS/dur/stats)
+	k=\$(sed -n 's/^rtt_samples //p' $CFS/dur/stats); run=\$(sed -n 's/^run_us //p' $CFS/dur/stats)
 	h=\$(sed -n 's/^rtt_hist_lt_[0-9]*us //p' $CFS/dur/stats | paste -sd+ | bc)
-	[ \$p50 -le \$p99 ] && [ \$p99 -le \$max ] && [ \$h -eq \$n ]"
+	[ \$min -le \$p50 ] && [ \$p50 -le \$p99 ] && [ \$p99 -le \$max ] && [ \$h -eq \$n ] &&
+		[ \$k -eq \$n ] && [ \$run -ge 1500000 ]"
 
 # The server counts bytes as a message arrives: exactly what the clients sent.
 # It counts a round trip when its echo's send completes; a client that has its
