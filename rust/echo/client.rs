@@ -208,6 +208,7 @@ impl EchoConn for ClientConn {
             messages: p.n,
             bytes: p.n * u64::from(self.size),
             errors: p.errors,
+            detect_us: None,
         }
     }
 }

@@ -306,6 +306,10 @@ pub(crate) struct Stats {
     rtt_hist: [u64; 32],
     /// How long the last client run took, from establishment to the last echo.
     run_us: u64,
+    /// Connections that ended on a failed work completion (native echo clients).
+    detect_n: u64,
+    /// The detection time of the last of them, in µs.
+    detect_last_us: u64,
 }
 
 impl Stats {
@@ -321,6 +325,13 @@ impl Stats {
         self.rtt_sum_us += us;
         let bucket = (63 - us.max(1).leading_zeros()).min(31) as usize;
         self.rtt_hist[bucket] += 1;
+    }
+
+    /// Records how a connection's failure was detected (see
+    /// [`ConnCounters::detect_us`]).
+    pub(crate) fn record_detection(&mut self, us: u64) {
+        self.detect_n += 1;
+        self.detect_last_us = us;
     }
 
     /// Counts a failed work completion by status.
@@ -457,6 +468,11 @@ pub(crate) struct ConnCounters {
     pub(crate) bytes: u64,
     /// Errors on this connection.
     pub(crate) errors: u64,
+    /// How long the failure that ended the connection took to be detected, in µs:
+    /// from the post of the oldest SEND not yet completed, or from the last
+    /// successful completion if that came later (the transport's retry timer
+    /// restarts on progress), to the failed completion. Native echo clients only.
+    pub(crate) detect_us: Option<u64>,
 }
 
 /// What the echo service needs of each connection handler, whatever its protocol.
@@ -505,11 +521,15 @@ impl<H: EchoConn> EpConn for Conn<H> {
                 q.min_rnr_timer
             )?;
         }
-        writeln!(
+        write!(
             w,
             " messages {} bytes {} errors {}",
             c.messages, c.bytes, c.errors
-        )
+        )?;
+        match c.detect_us {
+            Some(us) => writeln!(w, " detect_us {}", us),
+            None => writeln!(w),
+        }
     }
 }
 
@@ -898,7 +918,11 @@ impl Endpoint {
             (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -")?,
             (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us)?,
         }
-        Ok(())
+        writeln!(w, "detections {}", s.detect_n)?;
+        match s.detect_n {
+            0 => writeln!(w, "detect_us -"),
+            _ => writeln!(w, "detect_us {}", s.detect_last_us),
+        }
     }
 
     /// Writes `qp_attrs`: what the last established connection's QP got.

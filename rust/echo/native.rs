@@ -232,6 +232,8 @@ struct ClientState {
     busy: [u64; (MAX_DEPTH / 64) as usize],
     sent_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
     started: Option<Instant<Monotonic>>,
+    /// When the last successful completion came.
+    last_ok: Option<Instant<Monotonic>>,
     done: bool,
     counters: ConnCounters,
     verify_errors: u64,
@@ -268,6 +270,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             busy: [0; (MAX_DEPTH / 64) as usize],
             sent_at: [None; MAX_DEPTH as usize],
             started: None,
+            last_ok: None,
             done: false,
             counters: ConnCounters::default(),
             verify_errors: 0,
@@ -283,6 +286,22 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
 }
 
 impl ClientState {
+    /// How long the transport has been waiting for an acknowledgement: since the
+    /// post of the oldest SEND not completed yet, or since the last successful
+    /// completion if that came later.
+    fn waited(&self) -> Option<Delta> {
+        let oldest = (0..MAX_DEPTH)
+            .filter(|&k| self.is_busy(k))
+            .filter_map(|k| self.sent_at.get(k as usize).copied().flatten())
+            .map(|t| t.elapsed())
+            .max();
+        let progress = self.last_ok.map(|t| t.elapsed());
+        match (oldest, progress) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn is_busy(&self, k: u32) -> bool {
         self.busy
             .get((k / 64) as usize)
@@ -400,6 +419,7 @@ impl ClientConn {
         let rtt = sent.map(|t| now - t);
         {
             let mut st = self.st.lock();
+            st.last_ok = Some(now);
             st.expected += 1;
             // Checked above; only this connection's completions change it.
             st.inflight = st.inflight.saturating_sub(1);
@@ -503,12 +523,32 @@ impl ConnHandler for ClientConn {
         match status {
             Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
-                self.shared.stats(|s| s.wc_error(e.0));
+                let detect = {
+                    let mut st = self.st.lock();
+                    let first = !st.done && conn.is_open();
+                    let us = st
+                        .waited()
+                        .map(|d| u64::try_from(d.as_micros_ceil()).unwrap_or(0));
+                    if first && st.counters.detect_us.is_none() {
+                        st.counters.detect_us = us;
+                    }
+                    us.filter(|_| first)
+                };
+                self.shared.stats(|s| {
+                    s.wc_error(e.0);
+                    if let Some(us) = detect {
+                        s.record_detection(us);
+                    }
+                });
                 let op = if tag < self.depth { "SEND" } else { "RECV" };
                 self.fail(conn, fmt!("{} failed: {}", op, e));
             }
             Ok(_) if tag < self.depth => {
-                self.st.lock().set_busy(tag, false);
+                {
+                    let mut st = self.st.lock();
+                    st.set_busy(tag, false);
+                    st.last_ok = Some(Instant::now());
+                }
                 self.pump(conn);
             }
             Ok(len) => self.on_echo(conn, tag, len),
