@@ -7,6 +7,8 @@
 #                   honest count; `make check T=netns.sh` runs one program alone
 #   make check-canary  the negative control: each debug detector must fire
 #   make demo       show cmecho working in a VM
+#   make bench      measure cmecho against perftest, rping and the theory, in a VM
+#                   (`make bench ROUNDS=5`); results in results/bench/
 #   make setup      install the toolchain only
 #   make kernel     build (or find in the cache) the test kernel only
 #   make clean      remove build products from the source tree
@@ -16,7 +18,7 @@ ifneq ($(KERNELRELEASE),)
 include $(src)/Kbuild
 else
 
-.PHONY: all modules setup kernel check check-canary demo clean
+.PHONY: all modules setup kernel check check-canary demo bench clean
 
 all modules:
 	scripts/kmake modules
@@ -35,6 +37,9 @@ check-canary:
 
 demo:
 	scripts/demo
+
+bench:
+	scripts/bench $(ROUNDS)
 
 clean:
 	-scripts/kmake clean 2>/dev/null

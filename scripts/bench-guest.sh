@@ -1,0 +1,221 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The guest side of `make bench`: runs inside the VM (the bench kernel) as root.
+#
+#   scripts/bench-guest.sh OUTDIR ROUNDS
+#
+# Each pair (cmecho, then its anchor) runs back to back on the same two namespaces,
+# ROUNDS times. Every measurement is one line of OUTDIR/raw.tsv:
+#   round <TAB> case <TAB> tool <TAB> key=value ...
+# scripts/bench-report turns them into medians, spreads, ratios and plots. A
+# progress line per case goes to stdout. Times are taken with bash's
+# $EPOCHREALTIME (no process is forked for a clock read).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+SELFTEST_DIR=$PWD/tools/testing/selftests/cmecho
+# shellcheck source=../tools/testing/selftests/cmecho/lib.sh
+. "$SELFTEST_DIR/lib.sh"
+
+OUT=$1
+ROUNDS=$2
+RAW=$OUT/raw.tsv
+: >"$RAW"
+SIZES=(64 4096 65536)
+# Depth-1 RTT iterations per size, and the pipelined runs' depth and length.
+declare -A LAT_ITERS=([64]=2000 [4096]=1000 [65536]=300)
+BW_DEPTH=64
+BW_MS=3000
+# Dead-peer detection: the ack timeouts and retry counts swept, and the loss cases.
+DETECT_T=(8 10 12 14 16 18 20)
+DETECT_RETRY=(0 1 2 3)
+LOSS_T=(10 14 18)
+LOSS_PCT=(1 10 30)
+LOSS_MS=4000
+# BENCH_QUICK=1: one point of each, to try the script itself.
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+	SIZES=(64)
+	DETECT_T=(14)
+	DETECT_RETRY=(1)
+	LOSS_T=(14)
+	LOSS_PCT=(10)
+fi
+
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + 1 + ${#LOSS_T[@]} * ${#LOSS_PCT[@]})))
+step=0
+t_start=$EPOCHREALTIME
+progress() {
+	step=$((step + 1))
+	printf 'bench: [%d/%d] %4ss round %d: %s\n' $step $total \
+		$(((${EPOCHREALTIME/./} - ${t_start/./}) / 1000000)) "$round" "$*"
+}
+record() { # case tool key=value...
+	local IFS=$'\t'
+	printf '%s\t%s\n' "$round" "$*" >>"$RAW"
+}
+now_us() { echo "${EPOCHREALTIME/./}"; }
+# The stats keys of endpoint $1 as key=value words.
+stats_kv() {
+	local k v out=
+	while read -r k v; do out+="$k=$v "; done <"$CFS/$1/stats"
+	printf '%s' "$out"
+}
+rm_ep() { [ -d "$CFS/$1" ] && rmdir "$CFS/$1"; }
+# The data line of a perftest report: the first line whose first field is the size.
+perftest_line() { awk -v s="$1" '$1 == s && NF >= 5 { print; exit }'; }
+# Runs the perftest server in A and the client in B; prints the client's report.
+perftest() { # tool args...
+	local tool=$1 out
+	shift
+	in_ns $NS_A timeout 120 "$tool" -R -F "$@" >/dev/null 2>&1 &
+	local srv=$!
+	wait_for 100 cm_listening 18515
+	out=$(in_ns $NS_B timeout 120 "$tool" -R -F "$@" $ADDR_A 2>&1)
+	wait $srv
+	printf '# round %s: %s -R -F %s\n%s\n' "$round" "$tool" "$*" "$out" >>"$OUT/perftest.log"
+	printf '%s\n' "$out"
+}
+
+load_cmecho || exit 1
+net_setup || { echo "bench: network setup failed"; exit 1; }
+echo "bench: kernel $(uname -r), $(nproc) CPUs, rxe between two namespaces over veth"
+uname -r >"$OUT/kernel"
+
+# One native echo server per size, deep enough for the pipelined runs.
+i=0
+for s in "${SIZES[@]}"; do
+	endpoint $NS_A esrv$s role=server mode=echo addr=$ADDR_A port=$((7300 + i)) \
+		depth=$BW_DEPTH size=$s mem_budget_kib=65536 enable=1 || exit 1
+	i=$((i + 1))
+done
+port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
+endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 enable=1 || exit 1
+
+echo_client() { # name size depth count|- duration_ms|- [knob=value...]
+	local n=$1 s=$2 d=$3 c=$4 ms=$5
+	shift 5
+	local run=(role=client mode=echo addr=$ADDR_A port=$(port_of $s) depth=$d size=$s)
+	[ "$c" != - ] && run+=(count=$c)
+	[ "$ms" != - ] && run+=(duration_ms=$ms)
+	endpoint $NS_B $n "${run[@]}" "$@" enable=1
+}
+
+for ((round = 1; round <= ROUNDS; round++)); do
+	# 1. Depth-1 RTT: cmecho native echo vs ib_send_lat -R (half a round trip).
+	for s in "${SIZES[@]}"; do
+		progress "rtt $s B: cmecho"
+		n=${LAT_ITERS[$s]}
+		echo_client lat $s 1 $n - && wait_done lat 300
+		record "rtt_$s" cmecho "state=$(<$CFS/lat/state) $(stats_kv lat)"
+		rm_ep lat
+		progress "rtt $s B: ib_send_lat -R"
+		line=$(perftest ib_send_lat -s $s -n $n | perftest_line $s)
+		# bytes iters t_min t_max t_typical t_avg t_stdev p99 p99.9
+		read -r _ _ tmin tmax ttyp tavg _ p99 p999 <<<"$line"
+		record "rtt_$s" ib_send_lat "t_min_us=$tmin t_max_us=$tmax t_typical_us=$ttyp t_avg_us=$tavg t_p99_us=$p99 t_p999_us=$p999"
+	done
+	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64).
+	for s in "${SIZES[@]}"; do
+		progress "pipelined $s B x $BW_DEPTH: cmecho"
+		echo_client bw $s $BW_DEPTH - $BW_MS && wait_done bw 120
+		record "bw_$s" cmecho "state=$(<$CFS/bw/state) $(stats_kv bw)"
+		rm_ep bw
+		progress "pipelined $s B x $BW_DEPTH: ib_send_bw -R -b"
+		line=$(perftest ib_send_bw -b -s $s -t $BW_DEPTH -D $((BW_MS / 1000)) --report_gbits | perftest_line $s)
+		# bytes iters bw_peak bw_avg msgrate
+		read -r _ iters _ gbps mpps <<<"$line"
+		record "bw_$s" ib_send_bw "iters=$iters gbit_s=$gbps mpps=$mpps"
+	done
+	# 3. The rping protocol, 64 B: time per ping. cmecho's client times its run
+	# from establishment to the last echo; a stock client is timed from the shell
+	# at two counts, and the difference divided, so that its start and connection
+	# setup cancel out.
+	progress "rping: cmecho <-> cmecho"
+	endpoint $NS_B rcli role=client mode=rping addr=$ADDR_A port=7310 size=64 count=500 enable=1 &&
+		wait_done rcli 300
+	record rping cmecho_cmecho "state=$(<$CFS/rcli/state) $(stats_kv rcli)"
+	rm_ep rcli
+	stock_client() { # port count
+		local t0 t1
+		t0=$(now_us)
+		in_ns $NS_B timeout 300 rping -c -a $ADDR_A -p $1 -C $2 -S 64 >/dev/null 2>&1 || return 1
+		t1=$(now_us)
+		echo $((t1 - t0))
+	}
+	progress "rping: stock client -> cmecho server"
+	a=$(stock_client 7310 50) && b=$(stock_client 7310 550) &&
+		record rping stock_cmecho "us_50=$a us_550=$b"
+	progress "rping: stock <-> stock"
+	stock_pair() { # count
+		in_ns $NS_A timeout 300 rping -s -a $ADDR_A -p 7311 -C $1 -S 64 >/dev/null 2>&1 &
+		local srv=$! r
+		wait_for 100 cm_listening 7311
+		r=$(stock_client 7311 $1)
+		wait $srv
+		echo "$r"
+	}
+	a=$(stock_pair 50) && b=$(stock_pair 550) &&
+		record rping stock_stock "us_50=$a us_550=$b"
+
+	# 4. Dead-peer detection: a depth-1 echo runs, then the client's egress is cut
+	# (netem 100 % loss: rxe believes the packet left and its retry timer runs).
+	# The qdisc is added once, losing nothing, before the clients start, and
+	# the cut changes its loss: adding a qdisc while rxe transmits fails the
+	# QP at once (its SEND flushed, before any retry), another fault.
+	tc -n $NS_B qdisc add dev vb root netem loss 0%
+	for t in "${DETECT_T[@]}"; do
+		for r in "${DETECT_RETRY[@]}"; do
+			progress "detection T=$t retry_count=$r"
+			theory_us=$(((r + 1) * 4096 * (1 << t) / 1000))
+			echo_client det 64 1 - 600000 ack_timeout=$t retry_count=$r &&
+				wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
+			# A small T can end the connection before any cut (an ACK late by
+			# more than the timeout on every try): recorded as such.
+			read -r pre <"$CFS/det/state"
+			pre_pings=$(ep_get det stats pings)
+			tc -n $NS_B qdisc change dev vb root netem loss 100%
+			t0=$(now_us)
+			end=$((t0 + 3 * theory_us + 20000000))
+			while :; do
+				read -r st <"$CFS/det/state"
+				[ "$st" = error ] && break
+				[ "$(now_us)" -lt $end ] || break
+				nap 0.005
+			done
+			t1=$(now_us)
+			record detect cmecho "t=$t retry=$r theory_us=$theory_us precut=$pre precut_pings=$pre_pings shell_us=$((t1 - t0)) state=$st $(stats_kv det) last_error=$(tr ' ' _ <$CFS/det/last_error)"
+			tc -n $NS_B qdisc change dev vb root netem loss 0%
+			rm_ep det
+		done
+	done
+	tc -n $NS_B qdisc del dev vb root
+	# The other fault: the link of the client's veth end goes down. rxe's transmit
+	# then fails, and rxe retries without its timer.
+	progress "detection, link down instead: T=14 retry_count=1, 15 s"
+	echo_client det 64 1 - 600000 ack_timeout=14 retry_count=1 &&
+		wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
+	read -r pre <"$CFS/det/state"
+	ip -n $NS_B link set vb down
+	t0=$(now_us)
+	state_is det error 150
+	t1=$(now_us)
+	record detect_link_down cmecho "t=14 retry=1 precut=$pre shell_us=$((t1 - t0)) state=$(<$CFS/det/state) $(stats_kv det) last_error=$(tr " " _ <$CFS/det/last_error)"
+	ip -n $NS_B link set vb up
+	rm_ep det
+	wait_for 100 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
+
+	# 5. Loss: echoes all verified, and what each T costs in RTT.
+	tc -n $NS_B qdisc add dev vb root netem loss 0%
+	for t in "${LOSS_T[@]}"; do
+		for p in "${LOSS_PCT[@]}"; do
+			progress "loss $p % at T=$t"
+			tc -n $NS_B qdisc change dev vb root netem loss $p%
+			echo_client loss 64 1 - $LOSS_MS ack_timeout=$t && wait_done loss 180
+			record loss cmecho "t=$t loss=$p state=$(<$CFS/loss/state) $(stats_kv loss)"
+			tc -n $NS_B qdisc change dev vb root netem loss 0%
+			rm_ep loss
+		done
+	done
+	tc -n $NS_B qdisc del dev vb root
+done
+dmesg >"$OUT/dmesg.txt"
+echo "bench: done in $(((${EPOCHREALTIME/./} - ${t_start/./}) / 1000000)) s, $(wc -l <"$RAW") measurements"
