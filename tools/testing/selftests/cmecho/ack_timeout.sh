@@ -36,18 +36,23 @@ ktap_check "unset: client route PacketLifeTime 16 (RoCE default)" test "$(ep_get
 ktap_check "unset: server QP timeout 17 (RoCE default)" test "$(ep_get srv qp_attrs timeout)" = 17
 
 # cut_run NAME T RETRY: a native echo client runs against the server `esrv`; once
-# it has 20 echoes, its egress is cut. Fails, with no cut, if it never got there.
+# it has 20 echoes, its egress is cut (netem's loss goes from 0 to 100 %). Fails,
+# with no cut, if it never got there.
 cut_run() {
 	endpoint $NS_B $1 role=client mode=echo addr=$ADDR_A port=7190 depth=1 size=64 \
 		duration_ms=600000 ack_timeout=$2 retry_count=$3 enable=1 &&
 		wait_for 300 pings_over $1 20 &&
 		state_is $1 running 1 &&
-		tc -n $NS_B qdisc add dev vb root netem loss 100%
+		tc -n $NS_B qdisc change dev vb root netem loss 100%
 }
 pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
-uncut() { tc -n $NS_B qdisc del dev vb root 2>/dev/null; }
+uncut() { tc -n $NS_B qdisc change dev vb root netem loss 0%; }
 
 for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
+# The qdisc is in place, losing nothing, before any client starts: the cut
+# changes its loss. Adding a qdisc while rxe transmits fails the QP at once
+# (its SEND flushed, no retry), which is not the fault measured here.
+tc -n $NS_B qdisc add dev vb root netem loss 0%
 endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7190 depth=1 size=64 enable=1
 
 # T=14, retry_count 2: (2+1) x 67 ms in theory; "within seconds" here. (A smaller T
