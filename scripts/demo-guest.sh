@@ -75,7 +75,29 @@ else
 fi
 row "rping -c -V -C 100 -S 64" "$res; server counted $(($(ep_get srv stats pings) - before)) pings"
 
-step "8. tear down"
+step "8. what the ack timeout is for: the path to the server cut (netem 100 % loss), retry_count 2"
+tc -n $NS_B qdisc add dev vb root netem loss 0%
+printf '  %-12s %-8s %-12s %-14s %-8s %s\n' ack_timeout QP-tmo "theory ms" "detected ms" state last_error
+for t in unset 12; do
+	ep=cut_$t
+	endpoint $NS_B $ep role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7181 duration_ms=600000 \
+		ack_timeout=$t retry_count=2 enable=1 || exit 1
+	wait_for 300 eval '[ "$(ep_get '$ep' stats pings)" -gt 20 ]'
+	tc -n $NS_B qdisc change dev vb root netem loss 100%
+	wait_done $ep 60
+	tc -n $NS_B qdisc change dev vb root netem loss 0%
+	qt=$(ep_get $ep qp_attrs timeout)
+	us=$(ep_get $ep stats detect_us)
+	printf '  %-12s %-8s %-12s %-14s %-8s %s\n' "$t" "$qt" "$((3 * 4096 * (1 << qt) / 1000000))" \
+		"$([ "$us" != - ] && echo $((us / 1000)) || echo -)" "$(cat $CFS/$ep/state)" \
+		"$(sed 's/^client 0: //' $CFS/$ep/last_error)"
+	[ "$(cat $CFS/$ep/state)" = error ] || fail=1
+done
+tc -n $NS_B qdisc del dev vb root
+echo "  (detected = what the module saw: oldest unacknowledged SEND to the failed completion;"
+echo "   theory (retry_count + 1) x 4.096 us x 2^T; unset keeps the RoCE default 17; make bench sweeps T)"
+
+step "9. tear down"
 unload_cmecho && row "rmdir endpoints, rmmod" "ok"
 row "cmecho CM ids left" "$(rdma res show cm_id | grep -c 'comm \[cmecho\]')"
 net_cleanup
