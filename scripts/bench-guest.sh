@@ -40,7 +40,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	LOSS_PCT=(10)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + 1 + ${#LOSS_T[@]} * ${#LOSS_PCT[@]})))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -188,20 +188,6 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		done
 	done
 	tc -n $NS_B qdisc del dev vb root
-	# The other fault: the link of the client's veth end goes down. rxe's transmit
-	# then fails, and rxe retries without its timer.
-	progress "detection, link down instead: T=14 retry_count=1, 15 s"
-	echo_client det 64 1 - 600000 ack_timeout=14 retry_count=1 &&
-		wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
-	read -r pre <"$CFS/det/state"
-	ip -n $NS_B link set vb down
-	t0=$(now_us)
-	state_is det error 150
-	t1=$(now_us)
-	record detect_link_down cmecho "t=14 retry=1 precut=$pre shell_us=$((t1 - t0)) state=$(<$CFS/det/state) $(stats_kv det) last_error=$(tr " " _ <$CFS/det/last_error)"
-	ip -n $NS_B link set vb up
-	rm_ep det
-	wait_for 100 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
 
 	# 5. Loss: echoes all verified, and what each T costs in RTT.
 	tc -n $NS_B qdisc add dev vb root netem loss 0%
@@ -216,6 +202,31 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		done
 	done
 	tc -n $NS_B qdisc del dev vb root
+done
+
+# 6. The other fault, last and on a fresh network each time: the link of the
+# client's veth end goes down for 15 s. What follows a link flap is recorded
+# too: a new connection over the same rxe links.
+for ((round = 1; round <= ROUNDS; round++)); do
+	progress "link down instead of loss: T=14 retry_count=1, 15 s"
+	for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
+	net_setup || { echo "bench: network setup failed"; exit 1; }
+	endpoint $NS_A esrv64 role=server mode=echo addr=$ADDR_A port=$(port_of 64) depth=1 size=64 enable=1 || exit 1
+	echo_client det 64 1 - 600000 ack_timeout=14 retry_count=1 &&
+		wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
+	read -r pre <"$CFS/det/state"
+	ip -n $NS_B link set vb down
+	t0=$(now_us)
+	state_is det error 150
+	t1=$(now_us)
+	record detect_link_down cmecho "t=14 retry=1 precut=$pre shell_us=$((t1 - t0)) state=$(<$CFS/det/state) $(stats_kv det) last_error=$(tr " " _ <$CFS/det/last_error)"
+	ip -n $NS_B link set vb up
+	rm_ep det
+	wait_for 100 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
+	progress "after the link flap: a new connection, 10 echoes"
+	echo_client after 64 1 10 - && wait_done after 60
+	record after_link_flap cmecho "state=$(<$CFS/after/state) $(stats_kv after) last_error=$(tr " " _ <$CFS/after/last_error)"
+	rm_ep after
 done
 dmesg >"$OUT/dmesg.txt"
 echo "bench: done in $(((${EPOCHREALTIME/./} - ${t_start/./}) / 1000000)) s, $(wc -l <"$RAW") measurements"
