@@ -350,12 +350,13 @@ impl Stats {
     }
 }
 
-/// The round-trip times of a run, exact: each one in nanoseconds, the first
+/// The round-trip times of a run, exact: each one in µs rounded up, the first
 /// [`RTT_SAMPLES`] as they came and, after that, a uniform random sample of all of
 /// them (reservoir sampling), so that percentiles are those of the samples kept,
 /// never the bounds of a histogram bucket.
 pub(crate) struct RttSamples {
-    /// Nanoseconds (saturated at `u32::MAX`, 4.29 s).
+    /// Microseconds, rounded up as `stats` shows them (saturated at `u32::MAX`,
+    /// about 71 minutes).
     kept: KVVec<u32>,
     /// How many were offered since the last reset.
     seen: u64,
@@ -402,7 +403,7 @@ impl RttSamples {
     }
 
     fn record(&mut self, ns: u64) {
-        let v = u32::try_from(ns).unwrap_or(u32::MAX);
+        let v = u32::try_from(ns.div_ceil(1000)).unwrap_or(u32::MAX);
         self.seen += 1;
         if self.kept.len() < RTT_SAMPLES {
             // Never allocates: the room was reserved (and when it could not be,
@@ -424,8 +425,8 @@ impl RttSamples {
     }
 }
 
-/// The `pct` percentile (nearest rank) of `v`, in nanoseconds; reorders `v`.
-fn percentile_ns(v: &mut [u32], pct: usize) -> Option<u32> {
+/// The `pct` percentile (nearest rank) of `v`; reorders `v`.
+fn percentile(v: &mut [u32], pct: usize) -> Option<u32> {
     if v.is_empty() {
         return None;
     }
@@ -469,9 +470,9 @@ pub(crate) struct ConnCounters {
     /// Errors on this connection.
     pub(crate) errors: u64,
     /// How long the failure that ended the connection took to be detected, in µs:
-    /// from the post of the oldest SEND not yet completed, or from the last
-    /// successful completion if that came later (the transport's retry timer
-    /// restarts on progress), to the failed completion. Native echo clients only.
+    /// from the post of the oldest SEND not yet completed, or from the last SEND
+    /// completion if that came later (an acknowledgement restarts the transport's
+    /// retry timer), to the failed completion. Native echo clients only.
     pub(crate) detect_us: Option<u64>,
 }
 
@@ -885,7 +886,7 @@ impl Endpoint {
             writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
             writeln!(w, "rtt_avg_us {}", avg)?;
             let mut pct = |p| match samples.as_mut() {
-                Ok(v) => percentile_ns(v, p).map(|ns| u64::from(ns).div_ceil(1000)),
+                Ok(v) => percentile(v, p),
                 Err(_) => None,
             };
             match (pct(50), pct(99)) {
@@ -1340,13 +1341,13 @@ mod tests {
         for x in (1..=100u32).rev() {
             v.push(x * 1000, GFP_KERNEL).unwrap();
         }
-        assert_eq!(percentile_ns(&mut v, 50), Some(50_000));
-        assert_eq!(percentile_ns(&mut v, 99), Some(99_000));
-        assert_eq!(percentile_ns(&mut v, 100), Some(100_000));
+        assert_eq!(percentile(&mut v, 50), Some(50_000));
+        assert_eq!(percentile(&mut v, 99), Some(99_000));
+        assert_eq!(percentile(&mut v, 100), Some(100_000));
         let mut one = [7u32];
-        assert_eq!(percentile_ns(&mut one, 50), Some(7));
-        assert_eq!(percentile_ns(&mut one, 99), Some(7));
-        assert_eq!(percentile_ns(&mut [], 50), None);
+        assert_eq!(percentile(&mut one, 50), Some(7));
+        assert_eq!(percentile(&mut one, 99), Some(7));
+        assert_eq!(percentile(&mut [], 50), None);
     }
 
     #[test]
@@ -1359,7 +1360,7 @@ mod tests {
         r.reserve().unwrap();
         let cap = r.kept.capacity();
         for i in 0..(RTT_SAMPLES as u64 * 2) {
-            r.record(i);
+            r.record(i * 1000);
         }
         assert_eq!(r.kept.len(), RTT_SAMPLES);
         assert_eq!(r.kept.capacity(), cap);
@@ -1371,10 +1372,12 @@ mod tests {
             .filter(|&&x| x as usize >= RTT_SAMPLES)
             .count();
         assert!(late > RTT_SAMPLES * 4 / 10 && late < RTT_SAMPLES * 6 / 10);
-        // Saturated at u32::MAX ns.
+        // Kept in µs rounded up, saturated at u32::MAX µs.
         r.reset();
+        r.record(1001);
         r.record(u64::MAX);
-        assert_eq!(r.kept[0], u32::MAX);
+        assert_eq!(r.kept[0], 2);
+        assert_eq!(r.kept[1], u32::MAX);
         r.reset();
         assert_eq!(r.kept.len(), 0);
         assert_eq!(r.kept.capacity(), cap);

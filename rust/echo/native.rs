@@ -232,7 +232,8 @@ struct ClientState {
     busy: [u64; (MAX_DEPTH / 64) as usize],
     sent_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
     started: Option<Instant<Monotonic>>,
-    /// When the last successful completion came.
+    /// When the last SEND completed: an acknowledgement, which restarts the
+    /// transport's retry timer (an arriving echo does not).
     last_ok: Option<Instant<Monotonic>>,
     done: bool,
     counters: ConnCounters,
@@ -287,7 +288,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
 
 impl ClientState {
     /// How long the transport has been waiting for an acknowledgement: since the
-    /// post of the oldest SEND not completed yet, or since the last successful
+    /// post of the oldest SEND not completed yet, or since the last SEND
     /// completion if that came later.
     fn waited(&self) -> Option<Delta> {
         let oldest = (0..MAX_DEPTH)
@@ -419,7 +420,6 @@ impl ClientConn {
         let rtt = sent.map(|t| now - t);
         {
             let mut st = self.st.lock();
-            st.last_ok = Some(now);
             st.expected += 1;
             // Checked above; only this connection's completions change it.
             st.inflight = st.inflight.saturating_sub(1);
