@@ -75,6 +75,29 @@ perftest() { # tool args...
 	printf '%s\n' "$out"
 }
 
+# The netem qdisc on the client's egress (added once, losing nothing, before
+# the clients that need it start): loss_set PERCENT.
+loss_set() { tc -n $NS_B qdisc change dev vb root netem loss "$1%"; }
+# A client that has done more than 20 echoes; waits up to 30 s.
+running_with_echoes() { wait_for 300 eval '[ "$(ep_get '"$1"' stats pings)" -gt 20 ]'; }
+# A stock rping client against PORT for COUNT pings; prints how long it took, in µs.
+stock_client() { # port count
+	local t0 t1
+	t0=$(now_us)
+	in_ns $NS_B timeout 300 rping -c -a $ADDR_A -p $1 -C $2 -S 64 >/dev/null 2>&1 || return 1
+	t1=$(now_us)
+	echo $((t1 - t0))
+}
+# A stock rping server and client, COUNT pings; prints the client's time, in µs.
+stock_pair() { # count
+	in_ns $NS_A timeout 300 rping -s -a $ADDR_A -p 7311 -C $1 -S 64 >/dev/null 2>&1 &
+	local srv=$! r
+	wait_for 100 cm_listening 7311
+	r=$(stock_client 7311 $1)
+	wait $srv
+	echo "$r"
+}
+
 load_cmecho || exit 1
 net_setup || { echo "bench: network setup failed"; exit 1; }
 echo "bench: kernel $(uname -r), $(nproc) CPUs, rxe between two namespaces over veth"
@@ -134,25 +157,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		wait_done rcli 300
 	record rping cmecho_cmecho "state=$(<$CFS/rcli/state) $(stats_kv rcli)"
 	rm_ep rcli
-	stock_client() { # port count
-		local t0 t1
-		t0=$(now_us)
-		in_ns $NS_B timeout 300 rping -c -a $ADDR_A -p $1 -C $2 -S 64 >/dev/null 2>&1 || return 1
-		t1=$(now_us)
-		echo $((t1 - t0))
-	}
 	progress "rping: stock client -> cmecho server"
 	a=$(stock_client 7310 50) && b=$(stock_client 7310 550) &&
 		record rping stock_cmecho "us_50=$a us_550=$b"
 	progress "rping: stock <-> stock"
-	stock_pair() { # count
-		in_ns $NS_A timeout 300 rping -s -a $ADDR_A -p 7311 -C $1 -S 64 >/dev/null 2>&1 &
-		local srv=$! r
-		wait_for 100 cm_listening 7311
-		r=$(stock_client 7311 $1)
-		wait $srv
-		echo "$r"
-	}
 	a=$(stock_pair 50) && b=$(stock_pair 550) &&
 		record rping stock_stock "us_50=$a us_550=$b"
 
@@ -166,13 +174,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		for r in "${DETECT_RETRY[@]}"; do
 			progress "detection T=$t retry_count=$r"
 			theory_us=$(((r + 1) * 4096 * (1 << t) / 1000))
-			echo_client det 64 1 - 600000 ack_timeout=$t retry_count=$r &&
-				wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
+			echo_client det 64 1 - 600000 ack_timeout=$t retry_count=$r && running_with_echoes det
 			# A small T can end the connection before any cut (an ACK late by
 			# more than the timeout on every try): recorded as such.
 			read -r pre <"$CFS/det/state"
 			pre_pings=$(ep_get det stats pings)
-			tc -n $NS_B qdisc change dev vb root netem loss 100%
+			loss_set 100
 			t0=$(now_us)
 			end=$((t0 + 3 * theory_us + 20000000))
 			while :; do
@@ -183,21 +190,19 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			done
 			t1=$(now_us)
 			record detect cmecho "t=$t retry=$r theory_us=$theory_us precut=$pre precut_pings=$pre_pings shell_us=$((t1 - t0)) state=$st $(stats_kv det) last_error=$(tr ' ' _ <$CFS/det/last_error)"
-			tc -n $NS_B qdisc change dev vb root netem loss 0%
+			loss_set 0
 			rm_ep det
 		done
 	done
-	tc -n $NS_B qdisc del dev vb root
 
-	# 5. Loss: echoes all verified, and what each T costs in RTT.
-	tc -n $NS_B qdisc add dev vb root netem loss 0%
+	# 5. Loss, on the same qdisc: echoes all verified, and what each T costs in RTT.
 	for t in "${LOSS_T[@]}"; do
 		for p in "${LOSS_PCT[@]}"; do
 			progress "loss $p % at T=$t"
-			tc -n $NS_B qdisc change dev vb root netem loss $p%
+			loss_set $p
 			echo_client loss 64 1 - $LOSS_MS ack_timeout=$t && wait_done loss 180
 			record loss cmecho "t=$t loss=$p state=$(<$CFS/loss/state) $(stats_kv loss)"
-			tc -n $NS_B qdisc change dev vb root netem loss 0%
+			loss_set 0
 			rm_ep loss
 		done
 	done
@@ -212,8 +217,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
 	net_setup || { echo "bench: network setup failed"; exit 1; }
 	endpoint $NS_A esrv64 role=server mode=echo addr=$ADDR_A port=$(port_of 64) depth=1 size=64 enable=1 || exit 1
-	echo_client det 64 1 - 600000 ack_timeout=14 retry_count=1 &&
-		wait_for 300 eval '[ "$(ep_get det stats pings)" -gt 20 ]'
+	echo_client det 64 1 - 600000 ack_timeout=14 retry_count=1 && running_with_echoes det
 	read -r pre <"$CFS/det/state"
 	ip -n $NS_B link set vb down
 	t0=$(now_us)
