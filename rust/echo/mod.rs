@@ -1258,11 +1258,7 @@ fn spawn_connect<H: EchoConn>(
     let addr = *addr;
     let port = cfg.port;
     let sh = shared.clone();
-    let Some(wq) = crate::rdma::workqueue() else {
-        shared.inner.lock().setups -= 1;
-        return Err(ENODEV);
-    };
-    let r = wq.try_spawn(GFP_KERNEL, move || {
+    let r = crate::rdma::spawn(move || {
         let enabled = sh.inner.lock().enabled;
         let res = if enabled {
             conn.connect(&sh.net, addr.as_cstr(), port, qp)
@@ -1277,9 +1273,9 @@ fn spawn_connect<H: EchoConn>(
         sh.inner.lock().setups -= 1;
         sh.changed.notify_all();
     });
-    if r.is_err() {
+    if let Err(e) = r {
         shared.inner.lock().setups -= 1;
-        return Err(ENOMEM);
+        return Err(e);
     }
     Ok(())
 }

@@ -1097,8 +1097,7 @@ impl<H: ConnHandler> Conn<H> {
         // Wakes a `connect` in progress, which then fails with `ECONNABORTED`.
         self.changed.notify_all();
         if let Some(me) = me {
-            let spawned = super::workqueue()
-                .is_some_and(|q| q.try_spawn(GFP_KERNEL, move || me.close_now()).is_ok());
+            let spawned = super::spawn(move || me.close_now()).is_ok();
             if !spawned {
                 // The next `close_and_wait` does the work instead.
                 pr_warn!("cannot schedule a connection close\n");
@@ -1627,16 +1626,13 @@ impl<L: ListenHandler> Listener<L> {
         id: Option<IdPtr>,
         sink: Option<SinkPtr>,
     ) -> Result<(), (Option<IdPtr>, Option<SinkPtr>)> {
-        let Some(q) = super::workqueue() else {
-            return Err((id, sink));
-        };
         // The parts stay reachable from here until the work item is queued.
         let Ok(slot) = Arc::pin_init(new_mutex!(None, "cmecho_listener_stop"), GFP_KERNEL) else {
             return Err((id, sink));
         };
         *slot.lock() = Some((id, sink));
         let work = slot.clone();
-        let queued = q.try_spawn(GFP_KERNEL, move || {
+        let queued = super::spawn(move || {
             if let Some((id, sink)) = work.lock().take() {
                 Self::release(id, sink);
             }
