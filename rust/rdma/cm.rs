@@ -77,7 +77,7 @@ use kernel::error::from_err_ptr;
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
-use kernel::time::{msecs_to_jiffies, Delta, Instant, Monotonic};
+use kernel::time::msecs_to_jiffies;
 
 /// The parameters of an RC connection, given once, up front.
 ///
@@ -462,6 +462,43 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
 
     /// The connection ended after being established. Called at most once.
     fn ended(&self, conn: &Conn<Self>, reason: EndReason);
+
+    /// [`Conn::connect`] is about to start `step`: called on the connecting task,
+    /// in [`ConnectStep`] order, with no lock of this layer held, so it may sleep.
+    /// An error fails the connect at that step. Optional: the default does
+    /// nothing. A ULP that times the steps, or holds many connections at each
+    /// step until all reach it (as rdma-core's `cmtime` does), hooks in here.
+    fn before_step(&self, _conn: &Conn<Self>, _step: ConnectStep) -> Result {
+        Ok(())
+    }
+}
+
+/// The steps of [`Conn::connect`], in the order it runs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectStep {
+    /// `rdma_create_id` and the parameters that must precede route resolution.
+    CreateId,
+    /// `rdma_resolve_addr` until `ADDR_RESOLVED` (with its retries).
+    ResolveAddr,
+    /// `rdma_resolve_route` until `ROUTE_RESOLVED` (with its retries).
+    ResolveRoute,
+    /// PD, CQ, QP and the handler's [`ConnHandler::setup`].
+    CreateQp,
+    /// `rdma_connect` until `ESTABLISHED`.
+    Connect,
+}
+
+impl ConnectStep {
+    /// The step's name: the CM call it starts with.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::CreateId => "rdma_create_id",
+            Self::ResolveAddr => "rdma_resolve_addr",
+            Self::ResolveRoute => "rdma_resolve_route",
+            Self::CreateQp => "rdma_create_qp",
+            Self::Connect => "rdma_connect",
+        }
+    }
 }
 
 /// The state of a connection.
@@ -504,32 +541,6 @@ impl ConnState {
     }
 }
 
-/// How long each step of an active connect took, as [`Conn::connect`] saw it.
-#[derive(Clone, Copy, Debug)]
-#[allow(dead_code, reason = "read by samples/cmtime, not by cmecho.ko")]
-pub(crate) struct SetupTimes {
-    /// `rdma_create_id` and the parameters applied to it.
-    pub(crate) create_id: Delta,
-    /// `rdma_resolve_addr` until `ADDR_RESOLVED`.
-    pub(crate) resolve_addr: Delta,
-    /// `rdma_resolve_route` until `ROUTE_RESOLVED`.
-    pub(crate) resolve_route: Delta,
-    /// PD, CQ, QP and the handler's setup.
-    pub(crate) create_qp: Delta,
-    /// `rdma_connect` until `ESTABLISHED`.
-    pub(crate) connect: Delta,
-}
-
-impl SetupTimes {
-    const ZERO: Self = Self {
-        create_id: Delta::ZERO,
-        resolve_addr: Delta::ZERO,
-        resolve_route: Delta::ZERO,
-        create_qp: Delta::ZERO,
-        connect: Delta::ZERO,
-    };
-}
-
 /// State of a connection protected by [`Conn::inner`].
 struct ConnInner<H: ConnHandler> {
     /// The connection's reference on itself, from creation until [`Conn::close`]:
@@ -561,8 +572,6 @@ struct ConnInner<H: ConnHandler> {
     disconnecting: bool,
     /// `ESTABLISHED` came: [`Conn::connect`] succeeded, whatever follows.
     was_established: bool,
-    /// Step timings of an active connect.
-    times: SetupTimes,
 }
 
 /// One RC connection: a CM id with its QP, CQ, PD and buffers.
@@ -620,7 +629,6 @@ impl<H: ConnHandler> Conn<H> {
                     route_final: false,
                     disconnecting: false,
                     was_established: false,
-                    times: SetupTimes::ZERO,
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
                 cq_task: AtomicUsize::new(0),
@@ -735,12 +743,7 @@ impl<H: ConnHandler> Conn<H> {
         port: u16,
         qp: &QpConfig,
     ) -> Result<(), StepError> {
-        let mut t = Instant::<Monotonic>::now();
-        let mut lap = || {
-            let d = t.elapsed();
-            t = Instant::now();
-            d
-        };
+        self.step(ConnectStep::CreateId)?;
         let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
         let id = match IdPtr::create(net, &sink) {
             Ok(id) => id,
@@ -765,8 +768,8 @@ impl<H: ConnHandler> Conn<H> {
         }
         // The guarantee: everything that must precede route resolution, now.
         self.with_id(|id| id.apply_early(&self.params))?;
-        let create_id = lap();
 
+        self.step(ConnectStep::ResolveAddr)?;
         let timeout = self.params.resolve_timeout_ms;
         self.resolve("rdma_resolve_addr", ConnState::AddrResolved, |id| {
             // SAFETY: `connect_call` passes a live id (see there).
@@ -780,19 +783,19 @@ impl<H: ConnHandler> Conn<H> {
                 )
             }
         })?;
-        let resolve_addr = lap();
 
+        self.step(ConnectStep::ResolveRoute)?;
         self.resolve("rdma_resolve_route", ConnState::RouteResolved, |id| {
             // SAFETY: As above.
             unsafe { ffi::cmecho_cm_resolve_route(id, timeout as c_int) }
         })?;
-        let resolve_route = lap();
 
+        self.step(ConnectStep::CreateQp)?;
         self.create_res(qp)
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
-        let create_qp = lap();
 
+        self.step(ConnectStep::Connect)?;
         let p = &self.params;
         let ece = p.ece.unwrap_or_default();
         self.connect_call("rdma_connect", |id| {
@@ -809,15 +812,15 @@ impl<H: ConnHandler> Conn<H> {
                 )
             }
         })?;
-        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)?;
-        self.inner.lock().times = SetupTimes {
-            create_id,
-            resolve_addr,
-            resolve_route,
-            create_qp,
-            connect: lap(),
-        };
-        Ok(())
+        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)
+    }
+
+    /// Runs the handler's [`ConnHandler::before_step`] hook during
+    /// [`Conn::connect`], on its task and with no lock held.
+    fn step(&self, step: ConnectStep) -> Result<(), StepError> {
+        self.handler
+            .before_step(self, step)
+            .map_err(|e| step_err(step.name(), e))
     }
 
     /// Runs one resolution step (`call`, then the wait for `want`) during
@@ -865,15 +868,6 @@ impl<H: ConnHandler> Conn<H> {
         // The failure event marked the connection ended; it is not.
         g.ended = false;
         true
-    }
-
-    /// How long each step of [`Conn::connect`] took.
-    #[allow(
-        dead_code,
-        reason = "API for ULPs; samples/cmtime uses it, cmecho.ko does not"
-    )]
-    pub(crate) fn setup_times(&self) -> SetupTimes {
-        self.inner.lock().times
     }
 
     /// Disconnects and waits up to `ms` for the peer's answer (`DISCONNECTED`).

@@ -1,34 +1,68 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # The cmtime sample, built from the same rdma layer sources as cmecho.ko, times
-# every CM step over 20 connections to a cmecho server.
+# every CM step over 20 connections to a cmecho server: one connection after
+# another, then all at once (each step for all connections, as rdma-core's
+# cmtime does).
 . "$(dirname "$0")/lib.sh"
 
 CMTIME_KO=${CMTIME_KO:-$(dirname "$CMECHO_KO")/cmecho_cmtime.ko}
 STEPS="create_id resolve_addr resolve_route create_qp connect disconnect destroy"
+
+# The kernel log since the current insmod.
+run_log() {
+	dmesg | tail -n +"$((RUN_START + 1))"
+}
+
+# run_log_has REGEX: a line of the run's log matches.
+run_log_has() {
+	run_log | grep -q -- "$1"
+}
+
+# check_steps: each step reported in the run's log, with
+# min <= avg <= max <= total (a connection's part lies within the step's wall
+# time) and per_conn = total / 20.
+check_steps() {
+	local s line ok=1
+	for s in $STEPS; do
+		line=$(run_log | grep "cmecho_cmtime: step $s total ")
+		set -- $(echo "$line" |
+			sed -n 's/.* total \([0-9]*\) per_conn \([0-9]*\) min \([0-9]*\) avg \([0-9]*\) max \([0-9]*\) us$/\1 \2 \3 \4 \5/p')
+		if [ $# -ne 5 ] || [ "$3" -gt "$4" ] || [ "$4" -gt "$5" ] ||
+			[ "$5" -gt "$1" ] || [ "$2" -ne $(($1 / 20)) ]; then
+			ktap_print_msg "step $s: bad report '$line'"
+			ok=0
+		fi
+	done
+	test $ok = 1
+}
+
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 8
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 
+RUN_START=$(dmesg | wc -l)
 ip netns exec $NS_B timeout 300 insmod "$CMTIME_KO" addr=$ADDR_A port=7174 conns=20
 ktap_check "insmod cmecho_cmtime conns=20 in netns b" test $? -eq 0
-dmesg_since | grep 'cmecho_cmtime:' | sed 's/^\[[^]]*\] /# /'
-ktap_check "20 of 20 connections ok" dmesg_since_has "cmecho_cmtime: 20 of 20 connections to $ADDR_A:7174 ok"
-ok=1
-for s in $STEPS; do
-	line=$(dmesg_since | grep "cmecho_cmtime: step $s min ")
-	set -- $(echo "$line" | sed 's/.*min \([0-9]*\) avg \([0-9]*\) max \([0-9]*\) us/\1 \2 \3/')
-	if [ $# -ne 3 ] || [ "$1" -gt "$2" ] || [ "$2" -gt "$3" ]; then
-		ktap_print_msg "step $s: bad report '$line'"
-		ok=0
-	fi
-done
-ktap_check "every step reported with min <= avg <= max" test $ok = 1
+run_log | grep 'cmecho_cmtime:' | sed 's/^\[[^]]*\] /# /'
+ktap_check "20 of 20 connections ok, one after another" \
+	run_log_has "cmecho_cmtime: 20 of 20 connections to $ADDR_A:7174 ok (netns [0-9]*, one after another"
+ktap_check "every step reported with min <= avg <= max <= total" check_steps
 rmmod cmecho_cmtime
-ktap_check "the server accepted 20 connections" test "$(ep_get srv stats connections)" = 20
+
+RUN_START=$(dmesg | wc -l)
+ip netns exec $NS_B timeout 300 insmod "$CMTIME_KO" addr=$ADDR_A port=7174 conns=20 at_once=1
+ktap_check "insmod cmecho_cmtime conns=20 at_once=1 in netns b" test $? -eq 0
+run_log | grep 'cmecho_cmtime:' | sed 's/^\[[^]]*\] /# /'
+ktap_check "20 of 20 connections ok, all at once" \
+	run_log_has "cmecho_cmtime: 20 of 20 connections to $ADDR_A:7174 ok (netns [0-9]*, all at once"
+ktap_check "every step reported with min <= avg <= max <= total, all at once" check_steps
+rmmod cmecho_cmtime
+
+ktap_check "the server accepted 40 connections" test "$(ep_get srv stats connections)" = 40
 unload_cmecho
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
