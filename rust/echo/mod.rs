@@ -417,11 +417,19 @@ impl RttSamples {
         }
     }
 
-    /// A copy of the kept samples, for percentiles computed without the lock.
-    fn snapshot(&self) -> Result<KVVec<u32>> {
-        let mut v = KVVec::with_capacity(self.kept.len(), GFP_KERNEL)?;
-        v.extend_from_slice(&self.kept, GFP_KERNEL)?;
-        Ok(v)
+    /// How many samples are kept.
+    fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Copies into `v` (emptied first) as many kept samples as its capacity
+    /// holds, for percentiles computed without the lock. Never allocates: the
+    /// caller made the room before taking the lock that completions take.
+    fn copy_into(&self, v: &mut KVVec<u32>) {
+        v.clear();
+        let n = self.kept.len().min(v.capacity());
+        // Within capacity: `GFP_NOWAIT` is never used to allocate.
+        let _ = v.extend_from_slice(&self.kept[..n], GFP_NOWAIT);
     }
 }
 
@@ -866,10 +874,17 @@ impl Endpoint {
 
     /// Writes `stats`: one `key value` per line.
     pub(crate) fn show_stats(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        // The room for a copy of the samples is made before the lock is taken
+        // for the snapshot: completions take that lock on every echo. Samples
+        // recorded in between are left out of this reading.
+        let kept = self.shared.inner.lock().rtt.len();
+        let mut samples = KVVec::with_capacity(kept, GFP_KERNEL);
         let g = self.shared.inner.lock();
         let s = g.stats;
         let active = g.run.established();
-        let mut samples = g.rtt.snapshot();
+        if let Ok(v) = samples.as_mut() {
+            g.rtt.copy_into(v);
+        }
         drop(g);
         writeln!(w, "pings {}", s.pings)?;
         writeln!(w, "bytes {}", s.bytes)?;
@@ -1377,5 +1392,31 @@ mod tests {
         r.reset();
         assert_eq!(r.kept.len(), 0);
         assert_eq!(r.kept.capacity(), cap);
+    }
+
+    #[test]
+    fn a_copy_takes_what_its_room_holds() {
+        let mut r = RttSamples::new();
+        r.reserve().unwrap();
+        for i in 1..=10u64 {
+            r.record(i * 1000);
+        }
+        // Room for fewer than are kept: the first ones, and no growth.
+        let mut v = KVVec::with_capacity(4, GFP_KERNEL).unwrap();
+        let cap = v.capacity();
+        r.copy_into(&mut v);
+        assert_eq!(v.len(), cap.min(10));
+        assert!(v.iter().enumerate().all(|(i, &x)| x as usize == i + 1));
+        assert_eq!(v.capacity(), cap);
+        // Room for all: all of them, the old content replaced.
+        let mut v = KVVec::with_capacity(r.len(), GFP_KERNEL).unwrap();
+        v.push(99, GFP_KERNEL).unwrap();
+        r.copy_into(&mut v);
+        assert_eq!(v.len(), 10);
+        assert_eq!(v[9], 10);
+        // No room at all: an empty copy.
+        let mut v = KVVec::new();
+        r.copy_into(&mut v);
+        assert_eq!(v.len(), 0);
     }
 }
