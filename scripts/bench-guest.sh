@@ -31,6 +31,8 @@ DETECT_RETRY=(0 1 2 3)
 LOSS_T=(10 14 18)
 LOSS_PCT=(1 10 30)
 LOSS_MS=4000
+# CM setup: connections per run, cmecho's cmtime sample vs rdma-core's cmtime.
+CM_CONNS=(50 500)
 # BENCH_QUICK=1: one point of each, to try the script itself.
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	SIZES=(64)
@@ -38,9 +40,10 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	DETECT_RETRY=(1)
 	LOSS_T=(14)
 	LOSS_PCT=(10)
+	CM_CONNS=(50)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + 2 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -170,7 +173,32 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	a=$(stock_pair 50) && b=$(stock_pair 550) &&
 		record rping stock_stock "us_50=$a us_550=$b"
 
-	# 4. Dead-peer detection: a depth-1 echo runs, then the client's egress is cut
+	# 4. CM setup, each step for all connections at once, against the rping
+	# server: the cmtime sample (at_once=1) vs rdma-core's cmtime. Per step,
+	# its wall time over all connections divided by their number, in µs.
+	for c in "${CM_CONNS[@]}"; do
+		progress "CM setup, $c connections: cmecho_cmtime at_once=1"
+		mark=$(dmesg | wc -l)
+		in_ns $NS_B timeout 600 insmod "$CMTIME_KO" addr=$ADDR_A port=7310 conns=$c at_once=1
+		log=$(dmesg | tail -n +$((mark + 1)) | grep 'cmecho_cmtime:')
+		printf '# round %s: cmecho_cmtime conns=%s at_once=1\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
+		rmmod cmecho_cmtime 2>/dev/null
+		# "N of M connections to ..." and "step NAME total T per_conn ...": T / N.
+		kv=$(echo "$log" | awk '
+			/ connections to / { for (i = 2; i <= NF; i++) if ($i == "of") ok = $(i - 1) }
+			/ step [a-z_]+ total / { for (i = 1; i < NF; i++) { if ($i == "step") n = $(i + 1); if ($i == "total") tot[n] = $(i + 1) }; order[++k] = n }
+			END { printf "ok=%d ", ok; for (j = 1; j <= k; j++) if (ok > 0) printf "%s=%.2f ", order[j], tot[order[j]] / ok }')
+		record "cm_$c" cmecho "$kv"
+		progress "CM setup, $c connections: cmtime"
+		log=$(in_ns $NS_B timeout 600 cmtime -s $ADDR_A -p 7310 -c $c 2>&1)
+		printf '# round %s: cmtime -c %s\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
+		# "create id    :  total ms  max ms  min us  us / conn"
+		kv=$(echo "$log" | awk -F: '/^[a-z ]+ *: / { n = $1; sub(/ +$/, "", n); gsub(/ /, "_", n);
+			split($2, f, " "); printf "%s=%s ", n, f[4] }')
+		record "cm_$c" cmtime "$kv"
+	done
+
+	# 5. Dead-peer detection: a depth-1 echo runs, then the client's egress is cut
 	# (netem 100 % loss: rxe believes the packet left and its retry timer runs).
 	# The qdisc is added once, losing nothing, before the clients start, and
 	# the cut changes its loss: adding a qdisc while rxe transmits fails the
@@ -201,7 +229,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		done
 	done
 
-	# 5. Loss, on the same qdisc: echoes all verified, and what each T costs in RTT.
+	# 6. Loss, on the same qdisc: echoes all verified, and what each T costs in RTT.
 	for t in "${LOSS_T[@]}"; do
 		for p in "${LOSS_PCT[@]}"; do
 			progress "loss $p % at T=$t"
@@ -215,7 +243,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	tc -n $NS_B qdisc del dev vb root
 done
 
-# 6. The other fault, last and on a fresh network each time: the link of the
+# 7. The other fault, last and on a fresh network each time: the link of the
 # client's veth end goes down for 15 s. What follows a link flap is recorded
 # too: a new connection over the same rxe links.
 for ((round = 1; round <= ROUNDS; round++)); do
