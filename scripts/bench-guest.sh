@@ -43,7 +43,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	CM_CONNS=(50)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 3 + 2 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 2 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -107,6 +107,8 @@ stock_pair() { # count
 	echo "$r"
 }
 
+TRACEFS=/sys/kernel/tracing
+[ -e $TRACEFS/tracing_on ] || mount -t tracefs nodev $TRACEFS 2>/dev/null
 load_cmecho || exit 1
 net_setup || { echo "bench: network setup failed"; exit 1; }
 echo "bench: kernel $(uname -r), $(nproc) CPUs, rxe between two namespaces over veth"
@@ -145,6 +147,36 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		read -r _ _ tmin tmax ttyp tavg _ p99 p999 <<<"$line"
 		record "rtt_$s" ib_send_lat "t_min_us=$tmin t_max_us=$tmax t_typical_us=$ttyp t_avg_us=$tavg t_p99_us=$p99 t_p999_us=$p999"
 	done
+	# 1b. Where a depth-1 echo's time goes: the kernel's rdma_core:cq_process
+	# event gives, for each poll of a CQ, how long its poll context took to
+	# wake up after the CQ event (cmecho's CQs poll on IB_POLL_WORKQUEUE); the
+	# time is stamped by cq_schedule (and cq_reschedule), enabled with it. Both
+	# sides' CQs are in the trace; polls and wake-ups are counted per echo.
+	progress "profile: CQ poll wake-ups in a 64 B depth-1 echo"
+	if [ -d $TRACEFS/events/rdma_core/cq_process ]; then
+		echo 0 >$TRACEFS/tracing_on
+		echo 16384 >$TRACEFS/buffer_size_kb
+		echo >$TRACEFS/trace
+		for e in cq_schedule cq_reschedule cq_process; do
+			echo 1 >$TRACEFS/events/rdma_core/$e/enable
+		done
+		echo 1 >$TRACEFS/tracing_on
+		echo_client prof 64 1 ${LAT_ITERS[64]} - && wait_done prof 300
+		echo 0 >$TRACEFS/tracing_on
+		for e in cq_schedule cq_reschedule cq_process; do
+			echo 0 >$TRACEFS/events/rdma_core/$e/enable
+		done
+		# "wake-up took N [us] from interrupt" (after a CQ event) or "from
+		# reschedule" (a poll that used up its budget and queued itself again).
+		wake=$(sed -n 's/.*cq_process: .*wake-up took \([0-9]*\) \[us\] from \([a-z]*\).*/\1 \2/p' $TRACEFS/trace |
+			sort -n | awk '$2 == "interrupt" { v[++n] = $1; sum += $1 } $2 != "interrupt" { re++ }
+				END { if (n) printf "polls=%d reschedules=%d wake_sum_us=%d wake_p50_us=%d wake_p99_us=%d",
+					n, re, sum, v[int((n + 1) / 2)], v[int((n * 99 + 99) / 100)] }')
+		lost=$(cat $TRACEFS/per_cpu/cpu*/stats | awk '/^overrun:/ { s += $2 } END { print s + 0 }')
+		record profile cmecho "state=$(<$CFS/prof/state) trace_lost=$lost $wake $(stats_kv prof)"
+		rm_ep prof
+	fi
+
 	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64).
 	for s in "${SIZES[@]}"; do
 		progress "pipelined $s B x $BW_DEPTH: cmecho"
