@@ -20,7 +20,11 @@
 //! each step until every one has finished the step before, as rdma-core's
 //! `cmtime` runs each step for all connections at once: `per_conn` is then
 //! comparable with `cmtime`'s `us / conn`. The hold is the layer's optional
-//! [`ConnHandler::before_step`] hook.
+//! [`ConnHandler::before_step`] hook; a connection that is closed or loses its
+//! device while held leaves at once. The module's workqueue runs up to 1024
+//! items at a time, shared out among NUMA nodes: on a host of several nodes,
+//! connections past the share of the loading CPU's node start only after the
+//! others gave up waiting for them (120 s), and fail.
 //!
 //! Any RDMA CM listener works as the peer, e.g. a cmecho server endpoint.
 
@@ -88,6 +92,8 @@ const DISCONNECT_MS: u32 = 30_000;
 /// How long a connection waits at a gate for the others (`at_once`) before it
 /// gives up: longer than any step of the layer may take.
 const GATE_MS: u32 = 120_000;
+/// How often a connection waiting at a gate looks whether it is still open.
+const GATE_SLICE_MS: u32 = 100;
 
 /// Min, sum and max of one step, in µs.
 #[derive(Clone, Copy)]
@@ -128,6 +134,9 @@ struct RunState {
 }
 
 /// One run of `conns` connections.
+///
+/// Lock order: `st`, then a connection's own lock (`Conn::is_open`, which a
+/// connection waiting at a gate calls).
 #[pin_data]
 struct Run {
     net: NetNs,
@@ -158,23 +167,30 @@ impl Run {
     }
 
     /// Waits at gate `k` until every live connection has reached it (`at_once`).
-    fn pass(&self, k: usize) -> Result {
+    ///
+    /// Gives up with `ECONNABORTED` as soon as `open()` is false: a close or a
+    /// device removal of the connection waits for `Conn::connect`, so for this
+    /// hook, and must not wait for the others too.
+    fn pass(&self, k: usize, open: impl Fn() -> bool) -> Result {
         let mut g = self.st.lock();
         g.arrived[k] += 1;
         self.open_ready(&mut g);
-        let mut left = msecs_to_jiffies(GATE_MS);
+        let since = Instant::<Monotonic>::now();
         while g.opened[k].is_none() {
-            left = match self.changed.wait_interruptible_timeout(&mut g, left) {
-                CondVarTimeoutResult::Woken { jiffies } => jiffies,
-                CondVarTimeoutResult::Timeout => {
-                    g.arrived[k] -= 1;
-                    return Err(ETIMEDOUT);
-                }
-                CondVarTimeoutResult::Signal { .. } => {
-                    g.arrived[k] -= 1;
-                    return Err(EINTR);
-                }
+            let err = if !open() {
+                ECONNABORTED
+            } else if since.elapsed().as_millis() >= i64::from(GATE_MS) {
+                ETIMEDOUT
+            } else if let CondVarTimeoutResult::Signal { .. } = self
+                .changed
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(GATE_SLICE_MS))
+            {
+                EINTR
+            } else {
+                continue;
             };
+            g.arrived[k] -= 1;
+            return Err(err);
         }
         Ok(())
     }
@@ -240,13 +256,14 @@ impl Timed {
     }
 
     /// Ends step `k - 1` and starts step `k` (gate [`STEPS`]`.len()` only ends
-    /// the last); with `at_once`, waits in between for the other connections.
-    fn gate(&self, k: usize) -> Result {
+    /// the last); with `at_once`, waits in between for the other connections,
+    /// until `conn` is no longer open (up to the disconnect, which ends that).
+    fn gate(&self, k: usize, conn: &Conn<Self>) -> Result {
         if k > 0 {
             self.end[k - 1].store(self.now(), Ordering::Relaxed);
         }
         if self.run.at_once {
-            self.run.pass(k)?;
+            self.run.pass(k, || k > DISCONNECT || conn.is_open())?;
         }
         if k < STEPS.len() {
             self.start[k].store(self.now(), Ordering::Relaxed);
@@ -270,14 +287,15 @@ impl ConnHandler for Timed {
     fn completion(&self, _conn: &Conn<Self>, _tag: u32, _status: Result<u32, WcError>) {}
     fn established(&self, _conn: &Conn<Self>) {}
     fn ended(&self, _conn: &Conn<Self>, _reason: EndReason) {}
-    fn before_step(&self, _conn: &Conn<Self>, step: ConnectStep) -> Result {
-        self.gate(match step {
+    fn before_step(&self, conn: &Conn<Self>, step: ConnectStep) -> Result {
+        let k = match step {
             ConnectStep::CreateId => 0,
             ConnectStep::ResolveAddr => 1,
             ConnectStep::ResolveRoute => 2,
             ConnectStep::CreateQp => 3,
             ConnectStep::Connect => 4,
-        })
+        };
+        self.gate(k, conn)
     }
 }
 
@@ -295,7 +313,7 @@ fn time_one(run: &Arc<Run>) -> Result<[i64; STEPS.len()]> {
         return Err(e.err);
     }
     let h = conn.handler();
-    if let Err(e) = h.gate(DISCONNECT) {
+    if let Err(e) = h.gate(DISCONNECT, &conn) {
         // Best effort: the gate's error is the one to report.
         let _ = conn.close_and_wait();
         return Err(e);
@@ -303,7 +321,7 @@ fn time_one(run: &Arc<Run>) -> Result<[i64; STEPS.len()]> {
     // The DREP comes back within the CM's response timeout; a loaded guest
     // can take seconds. A disconnect that fails is reported, not swallowed.
     let disc = conn.disconnect_and_wait(DISCONNECT_MS);
-    let destroy = h.gate(DESTROY);
+    let destroy = h.gate(DESTROY, &conn);
     if let Err(e) = conn.close_and_wait() {
         pr_warn!("close failed: {:?}\n", e);
         return Err(e);
@@ -313,7 +331,7 @@ fn time_one(run: &Arc<Run>) -> Result<[i64; STEPS.len()]> {
         pr_warn!("disconnect failed at {}: {:?}\n", e.step, e.err);
         return Err(e.err);
     }
-    h.gate(STEPS.len())?;
+    h.gate(STEPS.len(), &conn)?;
     Ok(h.times())
 }
 

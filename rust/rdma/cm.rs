@@ -468,6 +468,8 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     /// An error fails the connect at that step. Optional: the default does
     /// nothing. A ULP that times the steps, or holds many connections at each
     /// step until all reach it (as rdma-core's `cmtime` does), hooks in here.
+    /// While it runs, a close or a device removal of `conn` waits for it: a
+    /// hook that waits must watch [`Conn::is_open`] and fail once it is false.
     fn before_step(&self, _conn: &Conn<Self>, _step: ConnectStep) -> Result {
         Ok(())
     }
