@@ -22,10 +22,11 @@ export BASE_DIR
 logfile=/dev/fd/1
 
 results=${1:-}
-# virtme-ng starts udevd in the guest. It runs its rules (rdma_rename, network
-# link setup, ...) in processes of their own for every veth, rxe device and
-# namespace the programs make, and under TCG each costs about half a second;
-# the programs need none of it (devtmpfs makes the device nodes). Stop it.
+# Under TCG every process costs about half a second: where udevd runs, it runs
+# its rules (rdma_rename, network link setup, ...) in processes of their own for
+# every veth, rxe device and namespace the programs make. The programs need
+# none of it (devtmpfs makes the device nodes; scripts/vm-run boots without it):
+# stop it, if there is one.
 udevadm control --exit 2>/dev/null
 read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
 
