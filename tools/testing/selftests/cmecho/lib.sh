@@ -3,10 +3,9 @@
 # Shared setup for cmecho's selftests: the module, two network namespaces joined by
 # a veth pair with an rxe link on each end, and kernel-log checks. Source it.
 #
-# KTAP output comes from the kernel's own kselftest/ktap_helpers.sh and namespaces
-# from net/lib.sh (setup_ns: unique names), found as in the kernel tree: this
-# directory sits beside kselftest/ and net/ (scripts/ksft-links makes those two
-# links to the cached kernel source when cmecho is built out of tree).
+# KTAP output comes from the kernel's own kselftest/ktap_helpers.sh, found as in
+# the kernel tree: this directory sits beside kselftest/ (scripts/ksft-links makes
+# that link to the cached kernel source when cmecho is built out of tree).
 
 # Sourced from a test in this directory, or with SELFTEST_DIR set.
 # Paths are cut with parameter expansion, not dirname: on the debug kernel under
@@ -16,7 +15,6 @@ case $0 in
 *) SELFTEST_DIR=${SELFTEST_DIR:-$PWD} ;;
 esac
 . "$SELFTEST_DIR/../kselftest/ktap_helpers.sh"
-. "$SELFTEST_DIR/../net/lib.sh"
 CMECHO_KO=${CMECHO_KO:-$SELFTEST_DIR/../../../../cmecho.ko}
 CMTIME_KO=${CMTIME_KO:-${CMECHO_KO%/*}/cmecho_cmtime.ko}
 MISUSE_KO=${MISUSE_KO:-${CMECHO_KO%/*}/cmecho_misuse.ko}
@@ -24,8 +22,7 @@ SLOW_LOCK_KO=${SLOW_LOCK_KO:-${CMECHO_KO%/*}/cmecho_slow_lock.ko}
 FAIL_CALL_KO=${FAIL_CALL_KO:-${CMECHO_KO%/*}/cmecho_fail_call.ko}
 CFS=/sys/kernel/config/cmecho
 
-# Namespace names are made unique by setup_ns (net_setup); rxe link names are
-# global, so they carry this program's pid.
+# Namespace and rxe link names carry this program's pid: both are global.
 NS_A=
 NS_B=
 ADDR_A=10.77.0.1
@@ -156,18 +153,39 @@ throttle_off() {
 	tc -n $NS_B qdisc del dev vb root
 }
 
-# Two namespaces, a veth pair between them, an rxe link on each end.
+# Two namespaces, a veth pair between them, an rxe link on each end. Under TCG
+# on the debug kernel every process costs about a second and registering or
+# unregistering an rxe device 12 to 15 s: the namespaces and the veth pair come
+# from one ip, each end's addresses from one more, and the two rxe links are
+# added at once (as net_cleanup removes them).
 net_setup() {
+	local pa pb ra rb
 	net_cleanup
 	module_loaded rdma_rxe || modprobe rdma_rxe || return 1
-	setup_ns NS_A NS_B || return 1
-	ip link add va netns $NS_A type veth peer name vb netns $NS_B || return 1
+	NS_A=cmecho-a-$$
+	NS_B=cmecho-b-$$
+	printf '%s\n' "netns add $NS_A" "netns add $NS_B" \
+		"link add va netns $NS_A type veth peer name vb netns $NS_B" | ip -batch - || return 1
 	printf '%s\n' "addr add $ADDR_A/24 dev va" "link set va up" "link set lo up" |
-		ip -n $NS_A -batch - || return 1
+		ip -n $NS_A -batch - &
+	pa=$!
 	printf '%s\n' "addr add $ADDR_B/24 dev vb" "link set vb up" "link set lo up" |
-		ip -n $NS_B -batch - || return 1
-	in_ns $NS_A rdma link add $RXE_A type rxe netdev va || return 1
-	in_ns $NS_B rdma link add $RXE_B type rxe netdev vb || return 1
+		ip -n $NS_B -batch - &
+	pb=$!
+	wait $pa
+	pa=$?
+	wait $pb
+	pb=$?
+	[ $pa -eq 0 ] && [ $pb -eq 0 ] || return 1
+	in_ns $NS_A rdma link add $RXE_A type rxe netdev va &
+	ra=$!
+	in_ns $NS_B rdma link add $RXE_B type rxe netdev vb &
+	rb=$!
+	wait $ra
+	ra=$?
+	wait $rb
+	rb=$?
+	[ $ra -eq 0 ] && [ $rb -eq 0 ] || return 1
 	# Both ends answer ping before RDMA traffic starts.
 	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
 		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
@@ -178,15 +196,22 @@ rxe_gone() {
 	[ ! -e /sys/class/infiniband/$RXE_A ] && [ ! -e /sys/class/infiniband/$RXE_B ]
 }
 
-# Removes the rxe links and the namespaces, if there are any (the exit trap
-# runs it again after a test's own call).
+# Removes the rxe links (both at once) and the namespaces, after ending what
+# still runs in them, if there are any (the exit trap runs it again after a
+# test's own call).
 net_cleanup() {
-	if ! rxe_gone; then
-		rdma link del $RXE_A 2>/dev/null
-		rdma link del $RXE_B 2>/dev/null
-	fi
+	local pids dev dels=()
+	for dev in $RXE_A $RXE_B; do
+		[ -e /sys/class/infiniband/$dev ] || continue
+		rdma link del $dev 2>/dev/null &
+		dels+=($!)
+	done
+	[ ${#dels[@]} -eq 0 ] || wait "${dels[@]}"
 	if [ -n "$NS_A$NS_B" ]; then
-		cleanup_ns $NS_A $NS_B >/dev/null
+		pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -batch - 2>/dev/null)
+		# shellcheck disable=SC2086
+		[ -z "$pids" ] || kill $pids 2>/dev/null
+		printf 'netns del %s\n' $NS_A $NS_B | ip -batch - 2>/dev/null
 		NS_A= NS_B=
 	fi
 	# Device unregistration finishes asynchronously: let it, so that the next
