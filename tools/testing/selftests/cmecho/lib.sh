@@ -127,15 +127,22 @@ key_is() {
 	return 1
 }
 
-# res_of KIND MODULE [GREP-ARGS]: the `rdma res show KIND` lines of a kernel
-# module's RDMA resources, through grep with GREP-ARGS (e.g. -c). The CM makes
-# a kernel ULP's QPs and names them after itself (rdma_cm), so the QPs are
-# those of every kernel ULP of the CM: in these tests, the module under test
-# alone (user space's QPs carry their process names).
+# res_of KIND MODULE [-c]: the `rdma res show KIND` lines of a kernel module's
+# RDMA resources, or with -c their count. The CM makes a kernel ULP's QPs and
+# names them after itself (rdma_cm), so the QPs are those of every kernel ULP
+# of the CM: in these tests, the module under test alone (user space's QPs
+# carry their process names). One process (rdma): the lines are matched with
+# builtins.
 res_of() {
-	local comm=$2
+	local comm=$2 line n=0 lines=()
 	[ "$1" = qp ] && comm=rdma_cm
-	rdma res show "$1" 2>/dev/null | grep "${@:3}" "comm \[$comm\]"
+	mapfile -t lines < <(rdma res show "$1" 2>/dev/null)
+	for line in "${lines[@]}"; do
+		[[ $line == *"comm [$comm]"* ]] || continue
+		n=$((n + 1))
+		[ "${3:-}" = -c ] || printf '%s\n' "$line"
+	done
+	[ "${3:-}" != -c ] || printf '%s\n' "$n"
 }
 
 # throttle_on / throttle_off: 250 ms of netem delay each way between the

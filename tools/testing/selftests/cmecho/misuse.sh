@@ -19,9 +19,11 @@ net_setup || ktap_print_msg "network setup failed"
 # The sample's RDMA resources still listed by `rdma res show` (lib.sh's
 # res_of: cmecho is not loaded here, so the CM's QPs are the sample's).
 misuse_left() {
-	local kind
+	local kind line
 	for kind in cm_id qp cq pd mr; do
-		res_of $kind cmecho_misuse | sed "s/^/# $kind left: /"
+		while IFS= read -r line; do
+			printf '# %s left: %s\n' $kind "$line"
+		done < <(res_of $kind cmecho_misuse)
 	done
 }
 
