@@ -55,6 +55,12 @@ dmesg_since() {
 	dmesg | tail -n +"$((DMESG_START + 1))"
 }
 
+# klog_from START: the kernel log after its first START lines (a count taken
+# as dmesg_mark takes DMESG_START), into the array KLOG, with one process.
+klog_from() {
+	mapfile -t -s "$1" KLOG < <(dmesg)
+}
+
 # Passes when the kernel log since dmesg_mark has no report ($DMESG_REPORTS).
 check_dmesg_clean() {
 	local _bad
