@@ -221,10 +221,10 @@ net_cleanup() {
 	done
 	[ ${#dels[@]} -eq 0 ] || wait "${dels[@]}"
 	if [ -n "$NS_A$NS_B" ]; then
-		pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -batch - 2>/dev/null)
+		pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null)
 		# shellcheck disable=SC2086
 		[ -z "$pids" ] || kill $pids 2>/dev/null
-		printf 'netns del %s\n' $NS_A $NS_B | ip -batch - 2>/dev/null
+		printf 'netns del %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null
 		NS_A= NS_B=
 	fi
 	# Device unregistration finishes asynchronously: let it, so that the next
