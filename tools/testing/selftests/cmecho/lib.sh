@@ -45,9 +45,10 @@ ktap_check() {
 # Kernel log reports that fail a test (and the whole run, scripts/check).
 DMESG_REPORTS='BUG:|WARNING:|Oops|general protection|Kernel panic|kernel BUG at|UBSAN:|refcount_t:|INFO: task .* blocked for more than|detected stalls? on CPU|self-detected stall|kmemleak: [0-9]+ new suspected|ODEBUG:|list_(add|del) corruption|panicked at|hard LOCKUP|soft lockup'
 
-# Where this test's part of the kernel log starts.
+# dmesg_mark [VAR]: where this test's part of the kernel log starts, in
+# DMESG_START (or VAR, for a part of its own: klog_from $VAR reads it).
 dmesg_mark() {
-	DMESG_START=$(dmesg | wc -l)
+	printf -v "${1:-DMESG_START}" '%s' "$(dmesg | wc -l)"
 }
 
 # Kernel log lines since dmesg_mark.
@@ -172,7 +173,7 @@ throttle_off() {
 # from one ip, each end's addresses from one more, and the two rxe links are
 # added at once (as net_cleanup removes them).
 net_setup() {
-	local pa pb ra rb
+	local pa
 	net_cleanup
 	module_loaded rdma_rxe || modprobe rdma_rxe || return 1
 	NS_A=cmecho-a-$$
@@ -184,24 +185,36 @@ net_setup() {
 	pa=$!
 	printf '%s\n' "addr add $ADDR_B/24 dev vb" "link set vb up" "link set lo up" |
 		ip -n $NS_B -batch - &
-	pb=$!
-	wait $pa
-	pa=$?
-	wait $pb
-	pb=$?
-	[ $pa -eq 0 ] && [ $pb -eq 0 ] || return 1
-	in_ns $NS_A rdma link add $RXE_A type rxe netdev va &
-	ra=$!
-	in_ns $NS_B rdma link add $RXE_B type rxe netdev vb &
-	rb=$!
-	wait $ra
-	ra=$?
-	wait $rb
-	rb=$?
-	[ $ra -eq 0 ] && [ $rb -eq 0 ] || return 1
+	wait_all $pa $! || return 1
+	rxe_links_add || return 1
 	# Both ends answer ping before RDMA traffic starts.
 	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
 		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
+}
+
+# wait_all PID...: waits for each of these background jobs; true when every
+# one exited 0.
+wait_all() {
+	local pid rc=0
+	for pid; do
+		wait "$pid" || rc=1
+	done
+	return $rc
+}
+
+# rxe_links_add: adds this program's rxe links that are not registered, on
+# the existing namespaces, both at once; true when every add succeeded.
+rxe_links_add() {
+	local pids=()
+	if [ ! -e /sys/class/infiniband/$RXE_A ]; then
+		in_ns $NS_A rdma link add $RXE_A type rxe netdev va &
+		pids+=($!)
+	fi
+	if [ ! -e /sys/class/infiniband/$RXE_B ]; then
+		in_ns $NS_B rdma link add $RXE_B type rxe netdev vb &
+		pids+=($!)
+	fi
+	wait_all "${pids[@]}"
 }
 
 # rxe_gone: neither rxe link of this program is registered.
@@ -219,7 +232,7 @@ net_cleanup() {
 		rdma link del $dev 2>/dev/null &
 		dels+=($!)
 	done
-	[ ${#dels[@]} -eq 0 ] || wait "${dels[@]}"
+	wait_all "${dels[@]}"
 	if [ -n "$NS_A$NS_B" ]; then
 		pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null)
 		# shellcheck disable=SC2086

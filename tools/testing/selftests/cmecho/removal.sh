@@ -21,10 +21,7 @@ load_cmecho
 
 # links_up: (re)creates the rxe links that are gone on the existing namespaces.
 links_up() {
-	[ -e /sys/class/infiniband/$RXE_A ] ||
-		in_ns $NS_A rdma link add $RXE_A type rxe netdev va 2>/dev/null
-	[ -e /sys/class/infiniband/$RXE_B ] ||
-		in_ns $NS_B rdma link add $RXE_B type rxe netdev vb 2>/dev/null
+	rxe_links_add 2>/dev/null
 	wait_for 100 test -e /sys/class/infiniband/$RXE_A -a -e /sys/class/infiniband/$RXE_B
 }
 
