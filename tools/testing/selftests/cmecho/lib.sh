@@ -217,6 +217,13 @@ rxe_links_add() {
 	wait_all "${pids[@]}"
 }
 
+# links_up: re-adds this program's rxe links that are gone (after a device
+# removal), on the existing namespaces; true once both are registered.
+links_up() {
+	rxe_links_add 2>/dev/null
+	wait_for 100 test -e /sys/class/infiniband/$RXE_A -a -e /sys/class/infiniband/$RXE_B
+}
+
 # rxe_gone: neither rxe link of this program is registered.
 rxe_gone() {
 	[ ! -e /sys/class/infiniband/$RXE_A ] && [ ! -e /sys/class/infiniband/$RXE_B ]
