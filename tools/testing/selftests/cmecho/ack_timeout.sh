@@ -78,6 +78,7 @@ ktap_check "... not failed 6 s later" \
 uncut
 
 unload_cmecho
+tc -n $NS_B qdisc del dev vb root
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

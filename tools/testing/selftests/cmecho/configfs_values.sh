@@ -222,6 +222,7 @@ ktap_check "connecting client: connecting before and after the refused writes" \
 	test "$st" = connecting -a "$(<$CFS/conn/state)" = connecting
 rmdir $CFS/conn
 tc -n $NS_A qdisc del dev va root
+ip -n $NS_B neigh del $ADDR_A dev vb
 
 # A running client: pinging the server, with a count it cannot finish.
 endpoint $NS_B run role=client addr=$ADDR_A count=10000000 enable=1

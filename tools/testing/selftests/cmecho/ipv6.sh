@@ -45,6 +45,9 @@ ktap_check "native echo to $ll%vb (link-local, scoped in the client's namespace)
 	run c4 mode=echo addr="$ll%vb" port=7602 count=20
 
 unload_cmecho
+# The network goes on to the next program as net_setup made it.
+ip -n $NS_A addr del $V6_A/64 dev va
+ip -n $NS_B addr del $V6_B/64 dev vb
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished

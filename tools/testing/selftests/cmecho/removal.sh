@@ -74,6 +74,7 @@ ktap_check "client's device removed during an unanswered connect: error with a r
 	test "$(<$CFS/cli/state)" = error -a "$(<$CFS/cli/last_error)" != none
 rmdir $CFS/cli
 tc -n $NS_A qdisc del dev va root
+ip -n $NS_B neigh del $ADDR_A dev vb
 links_up
 
 rmdir $CFS/srv
