@@ -22,13 +22,24 @@ SLOW_LOCK_KO=${SLOW_LOCK_KO:-${CMECHO_KO%/*}/cmecho_slow_lock.ko}
 FAIL_CALL_KO=${FAIL_CALL_KO:-${CMECHO_KO%/*}/cmecho_fail_call.ko}
 CFS=/sys/kernel/config/cmecho
 
-# Namespace and rxe link names carry this program's pid: both are global.
+# Namespace and rxe link names carry this program's pid: both are global. With
+# CMECHO_NET_KEEP=1 (run_tests.sh sets it) the programs of a run share one
+# network, under fixed names (net_setup).
 NS_A=
 NS_B=
 ADDR_A=10.77.0.1
 ADDR_B=10.77.0.2
-RXE_A=rxe_a$$
-RXE_B=rxe_b$$
+if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
+	KEPT_NS_A=cmecho-a
+	KEPT_NS_B=cmecho-b
+	RXE_A=rxe_a
+	RXE_B=rxe_b
+	# The kept network as net_setup made it (net_state).
+	NET_STATE=/run/cmecho-net-state
+else
+	RXE_A=rxe_a$$
+	RXE_B=rxe_b$$
+fi
 
 # ktap_check DESCRIPTION COMMAND [ARG...]: one KTAP result, ok when the command
 # exits 0. Unlike ktap_test_result, the arguments keep their quoting.
@@ -171,13 +182,23 @@ throttle_off() {
 # on the debug kernel every process costs about a second and registering or
 # unregistering an rxe device 12 to 15 s: the namespaces and the veth pair come
 # from one ip, each end's addresses from one more, and the two rxe links are
-# added at once (as net_cleanup removes them).
+# added at once (as net_teardown removes them). With CMECHO_NET_KEEP=1 a
+# program takes over the network the one before it left, when that one left it
+# as net_setup made it (net_kept), and net_cleanup keeps it for the next: making
+# a network and removing it cost about 60 s a program.
 net_setup() {
 	local pa
-	net_cleanup
+	if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
+		NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
+		net_kept && return 0
+	fi
+	net_teardown
 	module_loaded rdma_rxe || modprobe rdma_rxe || return 1
-	NS_A=cmecho-a-$$
-	NS_B=cmecho-b-$$
+	if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
+		NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
+	else
+		NS_A=cmecho-a-$$ NS_B=cmecho-b-$$
+	fi
 	printf '%s\n' "netns add $NS_A" "netns add $NS_B" \
 		"link add va netns $NS_A type veth peer name vb netns $NS_B" | ip -batch - || return 1
 	printf '%s\n' "addr add $ADDR_A/24 dev va" "link set va up" "link set lo up" |
@@ -190,6 +211,40 @@ net_setup() {
 	# Both ends answer ping before RDMA traffic starts.
 	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
 		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
+	[ "${CMECHO_NET_KEEP:-}" != 1 ] || net_state >"$NET_STATE"
+}
+
+# net_state: what a program may change of the network, as text: each end's
+# links and addresses (flags, MTU, root qdisc, addresses) and its permanent
+# neighbour entries, without IPv6 DAD's passing "tentative".
+net_state() {
+	local ns out
+	for ns in $NS_A $NS_B; do
+		out=$(printf '%s\n' "addr show" "neigh show nud permanent" | ip -d -n $ns -batch - 2>&1) ||
+			return 1
+		printf '%s\n' "${out// tentative/}"
+	done
+}
+
+# net_kept: the network the program before this one left is here and as
+# net_setup made it (the rxe links a device removal took are added again), and
+# both ends answer ping. False otherwise, saying what changed.
+net_kept() {
+	local i now was
+	[ -f "$NET_STATE" ] || return 1
+	if [ ! -e /run/netns/$NS_A ] || [ ! -e /run/netns/$NS_B ]; then
+		ktap_print_msg "net_setup: a namespace of the network is gone; a new one"
+		return 1
+	fi
+	mapfile -t now < <(net_state)
+	mapfile -t was <"$NET_STATE"
+	for ((i = 0; i < ${#now[@]} || i < ${#was[@]}; i++)); do
+		[ "${now[i]:-}" = "${was[i]:-}" ] && continue
+		ktap_print_msg "net_setup: the network was changed (\"${was[i]:-}\" is now \"${now[i]:-}\"); a new one"
+		return 1
+	done
+	rxe_links_add || return 1
+	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
 }
 
 # wait_all PID...: waits for each of these background jobs; true when every
@@ -229,11 +284,55 @@ rxe_gone() {
 	[ ! -e /sys/class/infiniband/$RXE_A ] && [ ! -e /sys/class/infiniband/$RXE_B ]
 }
 
-# Removes the rxe links (both at once) and the namespaces, after ending what
-# still runs in them, if there are any (the exit trap runs it again after a
-# test's own call).
+# Ends what still runs in this program's namespaces and, unless they are kept
+# for the next program (CMECHO_NET_KEEP=1), removes them and their rxe links
+# (the exit trap runs it again after a test's own call).
 net_cleanup() {
-	local pids dev dels=()
+	if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
+		net_kill
+	else
+		net_teardown
+	fi
+	return 0
+}
+
+# net_kill: ends what runs in the namespaces (SIGTERM, then SIGKILL to what is
+# left after 10 s) and waits until it has exited.
+net_kill() {
+	local pids
+	[ -n "$NS_A$NS_B" ] || return 0
+	pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null)
+	[ -n "$pids" ] || return 0
+	# shellcheck disable=SC2086
+	kill $pids 2>/dev/null
+	# shellcheck disable=SC2086
+	wait_for 100 pids_gone $pids && return 0
+	pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null)
+	# shellcheck disable=SC2086
+	[ -z "$pids" ] || kill -KILL $pids 2>/dev/null
+	# shellcheck disable=SC2086
+	wait_for 100 pids_gone $pids
+}
+
+# pids_gone PID...: each of these processes has exited: it is gone, or a zombie
+# (an exited child of this shell, until it is waited for). A zombie has closed
+# its files, and with them its RDMA resources; a task that has only left its
+# namespace may not have yet.
+pids_gone() {
+	local pid st
+	for pid; do
+		[ -e /proc/$pid ] || continue
+		st=
+		read -r st 2>/dev/null </proc/$pid/stat || continue
+		st=${st##*) }
+		[ "${st%% *}" = Z ] || return 1
+	done
+}
+
+# Removes the rxe links (both at once), then ends what still runs in the
+# namespaces and removes them, if there are any.
+net_teardown() {
+	local dev dels=()
 	for dev in $RXE_A $RXE_B; do
 		[ -e /sys/class/infiniband/$dev ] || continue
 		rdma link del $dev 2>/dev/null &
@@ -241,17 +340,23 @@ net_cleanup() {
 	done
 	wait_all "${dels[@]}"
 	if [ -n "$NS_A$NS_B" ]; then
-		pids=$(printf 'netns pids %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null)
-		# shellcheck disable=SC2086
-		[ -z "$pids" ] || kill $pids 2>/dev/null
+		net_kill
 		printf 'netns del %s\n' $NS_A $NS_B | ip -force -batch - 2>/dev/null
 		NS_A= NS_B=
 	fi
+	[ "${CMECHO_NET_KEEP:-}" != 1 ] || rm -f "$NET_STATE"
 	# Device unregistration finishes asynchronously: let it, so that the next
 	# setup does not race with it.
 	wait_for 1200 rxe_gone ||
-		ktap_print_msg "net_cleanup: rxe links still present: $(rdma link show | tr '\n' ' ')"
+		ktap_print_msg "net_teardown: rxe links still present: $(rdma link show | tr '\n' ' ')"
 	return 0
+}
+
+# net_drop_kept: removes the network the programs of a run shared
+# (CMECHO_NET_KEEP=1; run_tests.sh, after the last program).
+net_drop_kept() {
+	NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
+	net_teardown
 }
 
 # True when an RDMA CM id listens on port $1 (any namespace).
@@ -280,8 +385,10 @@ unload_cmecho() {
 }
 
 # Leaves nothing behind for the next program, however this one ended: every
-# endpoint, the modules, the rxe links and the namespaces. A teardown that blocks
-# in the kernel is ended by the hung-task detector (it panics the guest).
+# endpoint, the modules, and what runs in the namespaces (net_cleanup: the
+# namespaces and rxe links too, unless the next program takes them over). A
+# teardown that blocks in the kernel is ended by the hung-task detector (it
+# panics the guest).
 cmecho_cleanup() {
 	local d
 	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock

@@ -33,6 +33,10 @@ results=${1:-}
 # stop it, if there is one.
 udevadm control --exit 2>/dev/null
 read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)}"
+# The programs share one network (lib.sh, net_setup): each takes over the one
+# the program before it left, unless that one changed it. CMECHO_NET_KEEP=0
+# gives each program a network of its own.
+export CMECHO_NET_KEEP=${CMECHO_NET_KEEP:-1}
 
 # stamp FILE: copies stdin to stdout and, each line with the guest's uptime in
 # front (as in the kernel log), to FILE: where a run's time goes.
@@ -62,6 +66,9 @@ fi
 	run_many "${progs[@]/#/./}"
 	ktap_print_totals
 } | tee "$ktap_file" | stamp "$times_file"
+
+# The shared network goes with the last program.
+[ "$CMECHO_NET_KEEP" != 1 ] || bash -c '. ./lib.sh && trap - EXIT && net_drop_kept' >&2
 
 # kmemleak, once nothing of cmecho is loaded: objects are reported once they are
 # unreferenced and older than 5 s, so scan, wait, scan again.
