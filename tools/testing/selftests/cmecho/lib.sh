@@ -178,6 +178,20 @@ throttle_off() {
 	tc -n $NS_B qdisc del dev vb root
 }
 
+# silence_on / silence_off: everything namespace a sends is lost (netem), so a
+# connect to a gets no answer; a permanent neighbour entry in b resolves
+# $ADDR_A without an ARP answer. silence_off leaves the network as net_setup
+# made it.
+silence_on() {
+	tc -n $NS_A qdisc add dev va root netem loss 100%
+	ip -n $NS_B neigh replace $ADDR_A dev vb nud permanent \
+		lladdr "$(ip netns exec $NS_A cat /sys/class/net/va/address)"
+}
+silence_off() {
+	tc -n $NS_A qdisc del dev va root
+	ip -n $NS_B neigh del $ADDR_A dev vb
+}
+
 # Two namespaces, a veth pair between them, an rxe link on each end. Under TCG
 # on the debug kernel every process costs about a second and registering or
 # unregistering an rxe device 12 to 15 s: the namespaces and the veth pair come
