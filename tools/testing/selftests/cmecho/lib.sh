@@ -201,31 +201,40 @@ silence_off() {
 # as net_setup made it (net_kept), and net_cleanup keeps it for the next: making
 # a network and removing it cost about 60 s a program.
 net_setup() {
-	local pa
+	local pa made=1
 	if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
-		NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
-		net_kept && return 0
+		net_names
+		net_kept && made=0
 	fi
-	net_teardown
-	module_loaded rdma_rxe || modprobe rdma_rxe || return 1
+	if [ $made = 1 ]; then
+		net_teardown
+		module_loaded rdma_rxe || modprobe rdma_rxe || return 1
+		net_names
+		printf '%s\n' "netns add $NS_A" "netns add $NS_B" \
+			"link add va netns $NS_A type veth peer name vb netns $NS_B" | ip -batch - || return 1
+		printf '%s\n' "addr add $ADDR_A/24 dev va" "link set va up" "link set lo up" |
+			ip -n $NS_A -batch - &
+		pa=$!
+		printf '%s\n' "addr add $ADDR_B/24 dev vb" "link set vb up" "link set lo up" |
+			ip -n $NS_B -batch - &
+		wait_all $pa $! || return 1
+	fi
+	# A kept network's rxe links that a device removal took are added again.
+	rxe_links_add || return 1
+	# Both ends answer ping before RDMA traffic starts.
+	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
+		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
+	[ $made = 0 ] || [ "${CMECHO_NET_KEEP:-}" != 1 ] || net_state >"$NET_STATE"
+}
+
+# net_names: the namespaces' names: fixed when the programs of a run share the
+# network (CMECHO_NET_KEEP=1), with this program's pid otherwise.
+net_names() {
 	if [ "${CMECHO_NET_KEEP:-}" = 1 ]; then
 		NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
 	else
 		NS_A=cmecho-a-$$ NS_B=cmecho-b-$$
 	fi
-	printf '%s\n' "netns add $NS_A" "netns add $NS_B" \
-		"link add va netns $NS_A type veth peer name vb netns $NS_B" | ip -batch - || return 1
-	printf '%s\n' "addr add $ADDR_A/24 dev va" "link set va up" "link set lo up" |
-		ip -n $NS_A -batch - &
-	pa=$!
-	printf '%s\n' "addr add $ADDR_B/24 dev vb" "link set vb up" "link set lo up" |
-		ip -n $NS_B -batch - &
-	wait_all $pa $! || return 1
-	rxe_links_add || return 1
-	# Both ends answer ping before RDMA traffic starts.
-	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
-		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
-	[ "${CMECHO_NET_KEEP:-}" != 1 ] || net_state >"$NET_STATE"
 }
 
 # net_state: what a program may change of the network, as text: each end's
@@ -241,8 +250,7 @@ net_state() {
 }
 
 # net_kept: the network the program before this one left is here and as
-# net_setup made it (the rxe links a device removal took are added again), and
-# both ends answer ping. False otherwise, saying what changed.
+# net_setup made it (net_state). False otherwise, saying what changed.
 net_kept() {
 	local i now was
 	[ -f "$NET_STATE" ] || return 1
@@ -257,8 +265,6 @@ net_kept() {
 		ktap_print_msg "net_setup: the network was changed (\"${was[i]:-}\" is now \"${now[i]:-}\"); a new one"
 		return 1
 	done
-	rxe_links_add || return 1
-	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
 }
 
 # wait_all PID...: waits for each of these background jobs; true when every
@@ -369,7 +375,7 @@ net_teardown() {
 # net_drop_kept: removes the network the programs of a run shared
 # (CMECHO_NET_KEEP=1; run_tests.sh, after the last program).
 net_drop_kept() {
-	NS_A=$KEPT_NS_A NS_B=$KEPT_NS_B
+	net_names
 	net_teardown
 }
 
