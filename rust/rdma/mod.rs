@@ -1,121 +1,85 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! cmecho's safe layer over the RDMA connection manager and verbs.
+//! cmecho's safe layer over the RDMA connection manager and verbs: RC
+//! connections in which the connection parameters are set in time.
 //!
 //! This module and `rust/helpers/*.c` are the only places in cmecho that hold
-//! `unsafe`. [`cm`] has the connection types and the ordering guarantee,
-//! [`params`] the value types of the connection knobs, [`verbs`] the QP resources.
-
-use kernel::error::to_result;
-use kernel::prelude::*;
-use kernel::workqueue::{impl_has_work, new_work, Queue, Work, WorkItem};
+//! `unsafe`. One concern per file:
+//!
+//! | File | What |
+//! |---|---|
+//! | [`params`] | the value types of the connection knobs, and [`ConnParams`] that carries them |
+//! | [`netns`] | [`NetNs`], a reference on the network namespace an id lives in |
+//! | [`event`] | CM events decoded into plain values |
+//! | [`id`] | ownership of CM ids and their context; the C entry point of their events |
+//! | [`error`] | [`StepError`]: which setup step failed, and why |
+//! | [`context`] | which task runs a callback of this layer (for `EDEADLK`) |
+//! | [`conn`] | [`Conn`]: one connection, its state machine and the lock order |
+//! | [`listener`] | [`Listener`]: the passive side |
+//! | [`cq`] | work completions, from the CQ to the connection |
+//! | [`verbs`] | the QP resources: PD, CQ, QP, MRs, buffers, posting |
+//! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
+//! | `ffi` | the declarations of `rust/helpers/*.c` |
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+//!
+//! # The ordering guarantee
+//!
+//! `rdma_set_ack_timeout()` only has an effect when it is called before
+//! `rdma_resolve_route()` (RoCE then derives the route's PacketLifeTime from it),
+//! before `rdma_connect()` on the active side, and on the *new* id of a connect
+//! request before `rdma_accept()` on the passive side; the new id does not inherit
+//! the listener's value. The C API checks none of this: called late, it silently
+//! does nothing. The same holds for `rdma_set_min_rnr_timer()` and
+//! `rdma_set_service_type()`.
+//!
+//! This layer makes the right order the only one a caller can write:
+//!
+//! - Every knob travels in one [`ConnParams`] value, handed once to
+//!   [`Conn::connect`] (active side) or [`Listener::listen`] (passive side).
+//! - No type here exposes the CM id or a setter: after `connect` or `listen`
+//!   returns there is no way left to change a parameter.
+//! - [`Conn::connect`] applies the ack timeout, min RNR timer and type of service
+//!   right after creating the id, before `rdma_resolve_addr()` and so before
+//!   `rdma_resolve_route()` and `rdma_connect()`. Retry counts, depths and ECE go
+//!   with the connect itself.
+//! - [`Listener`] applies them to each new id inside its `CONNECT_REQUEST` event,
+//!   before the QP is created and before `rdma_accept()`, which runs in that same
+//!   event with the handler mutex held, as the CM requires.
+//!
+//! The layer also keeps the CM's other rules: ids are never destroyed from their
+//! own event handler ([`Conn::close`] defers to the module's workqueue), and on
+//! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
+//! to the CM for destruction, so removing a device never waits on cmecho.
 
 pub(crate) mod cm;
+mod conn;
+mod context;
+mod cq;
+mod error;
+mod event;
 mod ffi;
+mod id;
+mod listener;
+mod netns;
 pub(crate) mod params;
 pub(crate) mod verbs;
+mod workqueue;
 
-/// Checks that the RDMA CM works from this module.
-///
-/// Creates an RC CM id in the initial network namespace, sets its ack timeout to
-/// `ack_timeout` and destroys it. Needs no RDMA device.
-pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
-    // SAFETY: `cmecho_probe_cm_id` takes a plain integer, owns every object it
-    // creates and destroys each before returning; it may sleep, and module init
-    // runs in process context.
-    to_result(unsafe { ffi::cmecho_probe_cm_id(ack_timeout) })
-}
-
-/// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
-///
-/// Must be the first field the module initialises and the last it drops.
-///
-/// # Invariants
-///
-/// While a value exists, the module's workqueue exists; there is at most one.
-pub(crate) struct WorkQueue(());
-
-impl WorkQueue {
-    /// Creates the module's workqueue; `EBUSY` while one exists.
-    pub(crate) fn new() -> Result<Self> {
-        // SAFETY: The helper refuses a second workqueue; it may sleep, and this
-        // runs in process context (module init).
-        to_result(unsafe { ffi::cmecho_wq_init() })?;
-        // INVARIANT: The workqueue was created and belongs to this value.
-        Ok(Self(()))
-    }
-}
-
-impl Drop for WorkQueue {
-    fn drop(&mut self) {
-        // SAFETY: By the type invariant this value owns the workqueue. Dropped at
-        // module exit, after every other part of the module (configfs, endpoints,
-        // connections) is gone; waits for queued items.
-        unsafe { ffi::cmecho_wq_exit() };
-    }
-}
-
-/// The module's workqueue, for work that must not run in the caller's context;
-/// `None` while there is none (before [`WorkQueue::new`], after its drop).
-///
-/// Items queued on it finish before it is destroyed: the module drops its
-/// [`WorkQueue`] last, when nothing can call this any more.
-fn workqueue() -> Option<&'static Queue> {
-    // SAFETY: Reads a pointer the helper sets at init and clears at exit.
-    let wq = unsafe { ffi::cmecho_wq_get() };
-    if wq.is_null() {
-        return None;
-    }
-    // SAFETY: A non-null pointer is the live module workqueue, which lives until
-    // the module drops its `WorkQueue`, after everything that queues work.
-    Some(unsafe { Queue::from_raw(wq) })
-}
-
-/// A closure that [`spawn`] runs once on the module's workqueue.
-///
-/// `Queue::try_spawn` does the same, but the lockdep class key of its work
-/// items is one static of the kernel image, shared by every module that calls
-/// it, while the class name is a string of each caller's module. A second
-/// module that spawns (the cmtime sample next to cmecho), or this one loaded
-/// again at another address, makes lockdep warn that the key has two names (a
-/// `WARNING`: with `panic_on_warn`, a crash), and the class keeps pointing at
-/// the name of a module that is gone. Here the key and the name both belong to
-/// the module that builds this layer, and lockdep forgets them when it unloads.
-#[pin_data]
-struct Job<T> {
-    #[pin]
-    work: Work<Job<T>>,
-    func: Option<T>,
-}
-
-impl_has_work! {
-    impl{T} HasWork<Self> for Job<T> { self.work }
-}
-
-impl<T: FnOnce()> WorkItem for Job<T> {
-    type Pointer = Pin<KBox<Self>>;
-
-    fn run(mut this: Pin<KBox<Self>>) {
-        if let Some(f) = this.as_mut().project().func.take() {
-            f();
-        }
-    }
-}
-
-/// Runs `f` once on the module's workqueue, in process context.
-///
-/// `ENODEV` when the module has no workqueue (before [`WorkQueue::new`], after
-/// its drop), `ENOMEM` when the work item cannot be allocated; `f` is then
-/// dropped without running.
-pub(crate) fn spawn<T: FnOnce() + Send + 'static>(f: T) -> Result {
-    let q = workqueue().ok_or(ENODEV)?;
-    let job = KBox::pin_init(
-        pin_init!(Job {
-            work <- new_work!("cmecho_job"),
-            func: Some(f),
-        }),
-        GFP_KERNEL,
-    )?;
-    q.enqueue(job);
-    Ok(())
-}
+// The layer's surface. Each module that builds this layer (cmecho.ko and the
+// samples) uses a part of it.
+#[allow(
+    unused_imports,
+    reason = "each module that builds the layer uses a part of it"
+)]
+pub(crate) use {
+    conn::{Conn, ConnHandler, ConnState, ConnectStep, EndReason},
+    cq::WcError,
+    error::StepError,
+    event::EventKind,
+    id::probe_cm,
+    listener::{ConnectRequest, ListenHandler, Listener, RejectReason},
+    netns::NetNs,
+    params::ConnParams,
+    workqueue::{spawn, WorkQueue},
+};

@@ -4,7 +4,8 @@
 //!
 //! Each type is the IBTA encoding of one knob of an RC connection, checked on
 //! construction, with its conversion to real time where it has one. They are the
-//! only way to hand a value to [`super::cm::ConnParams`].
+//! only way to hand a value to [`ConnParams`], which carries them all into a
+//! connection.
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 
@@ -132,6 +133,59 @@ pub(crate) struct Ece {
     /// Vendor-defined option bits.
     pub(crate) attr_mod: u32,
 }
+
+/// The parameters of an RC connection, given once, up front.
+///
+/// The layer applies each at its required moment (see [the ordering
+/// guarantee](super#the-ordering-guarantee)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnParams {
+    /// Local ACK timeout; `None` leaves the CM's default (RoCE: PacketLifeTime + 1).
+    pub(crate) ack_timeout: Option<AckTimeout>,
+    /// Minimum RNR NAK timer of the local QP; `None` leaves the provider default.
+    pub(crate) min_rnr_timer: Option<MinRnrTimer>,
+    /// Transport retry count (active side; the passive side takes the peer's).
+    pub(crate) retry_count: RetryCount,
+    /// RNR retry count.
+    pub(crate) rnr_retry_count: RetryCount,
+    /// ECE offered with the connect, or answered with the accept.
+    pub(crate) ece: Option<Ece>,
+    /// Outstanding RDMA READs this side may issue.
+    pub(crate) initiator_depth: u8,
+    /// Outstanding RDMA READs this side accepts from the peer.
+    pub(crate) responder_resources: u8,
+    /// Type of service (RoCE traffic class); `None` leaves the default.
+    pub(crate) tos: Option<u8>,
+    /// How long one attempt at address or route resolution may take, in ms
+    /// (active side).
+    pub(crate) resolve_timeout_ms: u32,
+    /// Attempts at address or route resolution repeated after one timed out
+    /// (active side): a neighbour still being resolved is not a failure.
+    pub(crate) resolve_retries: u8,
+}
+
+impl ConnParams {
+    /// The parameters rping uses: retry and RNR retry 7, depth 1, nothing else set.
+    pub(crate) fn rping() -> Self {
+        Self {
+            ack_timeout: None,
+            min_rnr_timer: None,
+            retry_count: RetryCount::INFINITE,
+            rnr_retry_count: RetryCount::INFINITE,
+            ece: None,
+            initiator_depth: 1,
+            responder_resources: 1,
+            tos: None,
+            resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
+            resolve_retries: RESOLVE_RETRIES,
+        }
+    }
+}
+
+/// How long one attempt at address or route resolution may take, by default.
+pub(crate) const RESOLVE_TIMEOUT_MS: u32 = 2000;
+/// Resolution attempts repeated after a timeout, by default.
+pub(crate) const RESOLVE_RETRIES: u8 = 3;
 
 impl fmt::Display for AckTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Ownership of CM ids and of what their `context` points to, and the one C
+//! entry point through which the CM delivers their events.
+//!
+//! Every id of this layer is created with a [`SinkPtr`] as its context: a boxed
+//! `Arc` of the connection or listener that receives its events. The CM calls
+//! `cmecho_rs_cm_event` (through `rust/helpers/cm.c`) with that context; the
+//! receiver answers with a [`Verdict`] saying whether the CM destroys the id when
+//! the handler returns. Whoever owns an [`IdPtr`] destroys it outside its
+//! handler, or hands it back to the CM from inside one, and frees the sink only
+//! once no id uses it.
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+
+use super::context::Scope;
+use super::error::{to_step, StepError};
+use super::event::{Event, EventKind};
+use super::ffi;
+use super::netns::NetNs;
+use super::params::ConnParams;
+use core::ptr::NonNull;
+use kernel::error::{from_err_ptr, to_result};
+use kernel::ffi::{c_int, c_void};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// Checks that the RDMA CM works from this module.
+///
+/// Creates an RC CM id in the initial network namespace, sets its ack timeout to
+/// `ack_timeout` and destroys it. Needs no RDMA device.
+pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
+    // SAFETY: `cmecho_probe_cm_id` takes a plain integer, owns every object it
+    // creates and destroys each before returning; it may sleep, and module init
+    // runs in process context.
+    to_result(unsafe { ffi::cmecho_probe_cm_id(ack_timeout) })
+}
+
+/// What an event handler asks of the CM once it returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Keep the id.
+    Keep,
+    /// The handler gave the id up: the CM destroys it after the handler returns.
+    DestroyId,
+}
+
+/// The receiver of a CM id's events; what the id's context points to, boxed.
+pub(super) trait CmEvents: Send + Sync {
+    /// Handles one event of `id`, in the CM's handler context (handler mutex held).
+    fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict;
+}
+
+/// The boxed receiver an id's `context` points to.
+pub(super) type Sink = Arc<dyn CmEvents>;
+
+/// A pointer to a [`Sink`] made by [`KBox::into_raw`].
+///
+/// # Invariants
+///
+/// `self.0` came from `KBox::<Sink>::into_raw` and is freed at most once.
+pub(super) struct SinkPtr(NonNull<Sink>);
+
+// SAFETY: The box holds an `Arc<dyn CmEvents>`, which is `Send + Sync`.
+unsafe impl Send for SinkPtr {}
+
+impl SinkPtr {
+    pub(super) fn new(sink: Sink) -> Result<Self> {
+        let b = KBox::new(sink, GFP_KERNEL)?;
+        // INVARIANT: The pointer comes from `KBox::into_raw`.
+        Ok(Self(NonNull::new(KBox::into_raw(b)).ok_or(ENOMEM)?))
+    }
+
+    pub(super) fn as_ctx(&self) -> *mut c_void {
+        self.0.as_ptr().cast()
+    }
+
+    /// Frees the box.
+    ///
+    /// # Safety
+    ///
+    /// No CM id may use the box as its context any more.
+    pub(super) unsafe fn free(self) {
+        // SAFETY: By the type invariant the pointer came from `KBox::into_raw` and,
+        // since `self` is consumed, is freed only here.
+        drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// An owned `struct rdma_cm_id`.
+///
+/// # Invariants
+///
+/// `self.0` is a live CM id owned by this value, destroyed at most once.
+pub(super) struct IdPtr(NonNull<ffi::RdmaCmId>);
+
+// SAFETY: A CM id may be used and destroyed from any thread.
+unsafe impl Send for IdPtr {}
+
+impl IdPtr {
+    /// Creates an RC id whose events go to `sink`.
+    pub(super) fn create(net: &NetNs, sink: &SinkPtr) -> Result<Self> {
+        // SAFETY: `net` holds a reference on the namespace; the sink stays valid until
+        // the id is destroyed (its owner frees it only after that).
+        let id = from_err_ptr(unsafe { ffi::cmecho_cm_create_id(net.as_ptr(), sink.as_ctx()) })?;
+        // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
+        Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
+    }
+
+    /// Takes ownership of the new id of a connect request.
+    ///
+    /// # Safety
+    ///
+    /// `child` must be the live new id of the `CONNECT_REQUEST` being handled,
+    /// owned by no other value: from now on it is destroyed by this value, or by
+    /// the CM once handed back.
+    pub(super) unsafe fn adopt(child: *mut ffi::RdmaCmId) -> Option<Self> {
+        // INVARIANT: By the caller's guarantee the id is live and ours alone.
+        NonNull::new(child).map(Self)
+    }
+
+    pub(super) fn as_ptr(&self) -> *mut ffi::RdmaCmId {
+        self.0.as_ptr()
+    }
+
+    /// Destroys the id; waits for a running handler of it to return.
+    ///
+    /// Must not be called from the id's own event handler.
+    pub(super) fn destroy(self) {
+        // SAFETY: By the type invariant the id is live; consuming `self` makes this
+        // the only destruction. The callers never run in this id's handler.
+        unsafe { ffi::cmecho_cm_destroy_id(self.as_ptr()) };
+    }
+
+    /// Gives the id to the CM, which destroys it when the running handler returns.
+    pub(super) fn hand_back(self) {}
+
+    /// Applies the parameters that must precede route resolution and connect or accept.
+    pub(super) fn apply_early(&self, p: &ConnParams) -> Result<(), StepError> {
+        if let Some(t) = p.ack_timeout {
+            // SAFETY: The id is live by the type invariant.
+            to_step("set_ack_timeout", unsafe {
+                ffi::cmecho_cm_set_ack_timeout(self.as_ptr(), t.exponent())
+            })?;
+        }
+        if let Some(t) = p.min_rnr_timer {
+            // SAFETY: The id is live by the type invariant.
+            to_step("set_min_rnr_timer", unsafe {
+                ffi::cmecho_cm_set_min_rnr_timer(self.as_ptr(), t.code())
+            })?;
+        }
+        if let Some(tos) = p.tos {
+            // SAFETY: The id is live by the type invariant.
+            unsafe { ffi::cmecho_cm_set_tos(self.as_ptr(), tos) };
+        }
+        Ok(())
+    }
+}
+
+/// Entry point of every CM event of every cmecho id (called by `rust/helpers/cm.c`).
+///
+/// # Safety
+///
+/// `ctx` must be null or the context of a cmecho id (a [`SinkPtr`]), `id` a live id
+/// and `ev` a valid event, in the CM's handler context.
+#[no_mangle]
+unsafe extern "C" fn cmecho_rs_cm_event(
+    ctx: *mut c_void,
+    id: *mut ffi::RdmaCmId,
+    ev: *mut ffi::RdmaCmEvent,
+) -> c_int {
+    if ctx.is_null() {
+        return 0;
+    }
+    let _scope = Scope::enter(0);
+    // SAFETY: The caller guarantees `ev` is valid.
+    let event = unsafe { Event::read(ev) };
+    // SAFETY: A non-null context of a cmecho id is a live `SinkPtr` box; its owner
+    // frees it only after destroying the id, which waits for this handler.
+    let sink: Sink = unsafe { &*ctx.cast::<Sink>() }.clone();
+    let verdict = sink.cm_event(id, &event);
+    if verdict == Verdict::DestroyId {
+        if event.kind != EventKind::ConnectRequest {
+            // The id's own sink: the CM destroys the id when we return, so nothing
+            // uses the box after this.
+            // SAFETY: `ctx` is the id's `SinkPtr`, forgotten by its owner in
+            // `device_removed` or `Listener::cm_event` before returning `DestroyId`.
+            unsafe { SinkPtr(NonNull::new_unchecked(ctx.cast())).free() };
+        }
+        return 1;
+    }
+    0
+}
