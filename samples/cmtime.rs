@@ -348,8 +348,10 @@ impl kernel::Module for CmTime {
             return Err(EINVAL);
         }
         let at_once = module_parameters::at_once.value();
-        let mut params = ConnParams::rping();
-        params.ack_timeout = Some(AckTimeout::new(module_parameters::ack_timeout.value())?);
+        let params = ConnParams {
+            ack_timeout: Some(AckTimeout::new(module_parameters::ack_timeout.value())?),
+            ..ConnParams::default()
+        };
         // SAFETY: `cmtime_addr` returns the module parameter's NUL-terminated buffer,
         // which lives as long as the module.
         let addr = unsafe { CStr::from_char_ptr(cmtime_addr()) };

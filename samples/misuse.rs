@@ -193,7 +193,7 @@ impl Server {
             passive: false,
             case: 6,
         };
-        let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::rping())?;
+        let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::default())?;
         let port = module_parameters::port.value();
         let r = conn.connect(&self.net, self.addr, port, QP);
         // Should it have connected, it closes after this handler.
@@ -276,7 +276,7 @@ fn commit(case: u32) -> Result<Result> {
         case,
     };
     let net = NetNs::current()?;
-    let l = Listener::listen(&net, addr, port, ConnParams::rping(), server)?;
+    let l = Listener::listen(&net, addr, port, ConnParams::default(), server)?;
     let r = exchange(&f, &net, addr, case, &l);
     // The listener listens until stopped, on every path.
     l.stop();
@@ -296,7 +296,7 @@ fn exchange(
         passive: false,
         case,
     };
-    let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::rping())?;
+    let conn = Conn::new_active(Ok::<_, Error>(peer), ConnParams::default())?;
     let connected = conn.connect(net, addr, module_parameters::port.value(), QP);
     f.m.lock().active = Some(conn.clone());
     let posted = match connected {

@@ -195,26 +195,20 @@ impl Default for Config {
 
 impl Config {
     fn conn_params(&self) -> ConnParams {
-        let mut p = ConnParams::rping();
-        p.ack_timeout = self.ack_timeout;
-        p.min_rnr_timer = self.min_rnr_timer;
-        if let Some(r) = self.retry_count {
-            p.retry_count = r;
+        let d = ConnParams::default();
+        ConnParams {
+            ack_timeout: self.ack_timeout,
+            min_rnr_timer: self.min_rnr_timer,
+            retry_count: self.retry_count.unwrap_or(d.retry_count),
+            rnr_retry_count: self.rnr_retry_count.unwrap_or(d.rnr_retry_count),
+            tos: self.tos,
+            ece: self.ece(),
+            initiator_depth: self.initiator_depth.unwrap_or(d.initiator_depth),
+            responder_resources: self.responder_resources.unwrap_or(d.responder_resources),
+            resolve_timeout_ms: self.resolve_timeout_ms,
+            resolve_retries: self.resolve_retries,
+            ..d
         }
-        if let Some(r) = self.rnr_retry_count {
-            p.rnr_retry_count = r;
-        }
-        p.tos = self.tos;
-        p.ece = self.ece();
-        if let Some(d) = self.initiator_depth {
-            p.initiator_depth = d;
-        }
-        if let Some(r) = self.responder_resources {
-            p.responder_resources = r;
-        }
-        p.resolve_timeout_ms = self.resolve_timeout_ms;
-        p.resolve_retries = self.resolve_retries;
-        p
     }
 
     /// The buffer memory one connection of this endpoint holds, in bytes.

@@ -259,8 +259,6 @@ pub(crate) struct Conn<H: ConnHandler> {
 
 /// How much longer than the CM's own resolution timeout to wait for its event.
 const RESOLVE_SLACK_MS: u32 = 1000;
-/// How long connection establishment may take.
-const CONNECT_TIMEOUT_MS: u32 = 30_000;
 
 impl<H: ConnHandler> Conn<H> {
     fn new(handler: impl PinInit<H, Error>, params: ConnParams) -> Result<Arc<Self>> {
@@ -607,7 +605,7 @@ impl<H: ConnHandler> Conn<H> {
                 )
             }
         })?;
-        self.wait_for(ConnState::Established, "rdma_connect", CONNECT_TIMEOUT_MS)
+        self.wait_for(ConnState::Established, "rdma_connect", p.connect_timeout_ms)
     }
 
     /// Runs the handler's [`ConnHandler::before_step`] hook during

@@ -19,6 +19,7 @@ use super::id::{CmEvents, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::QpConfig;
+use kernel::ffi::c_int;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
@@ -81,6 +82,11 @@ struct ListenInner {
     /// per-device ids deliver connect requests concurrently, one task each.
     handler_tasks: [usize; LISTEN_HANDLER_SLOTS],
 }
+
+/// Connect requests the CM queues for a listener before it rejects more
+/// (`rdma_listen`'s backlog). A ULP that limits its connections does so in its
+/// [`ListenHandler::connect_request`].
+const LISTEN_BACKLOG: c_int = 128;
 
 /// Concurrent event handlers of one listener whose tasks are recorded: more run
 /// only with more RDMA devices than this under one wildcard listener.
@@ -150,7 +156,7 @@ impl<L: ListenHandler> Listener<L> {
         // SAFETY: The id is live: while `starting` is set a device removal leaves
         // it to us, and `stop` cannot be called yet (no one else has the listener
         // but its own event handler, which does not stop it).
-        let ret = unsafe { ffi::cmecho_cm_listen(raw, netp, addrp, port, 128) };
+        let ret = unsafe { ffi::cmecho_cm_listen(raw, netp, addrp, port, LISTEN_BACKLOG) };
         let removed = {
             let mut g = l.inner.lock();
             g.starting = false;

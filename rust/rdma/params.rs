@@ -162,11 +162,17 @@ pub(crate) struct ConnParams {
     /// Attempts at address or route resolution repeated after one timed out
     /// (active side): a neighbour still being resolved is not a failure.
     pub(crate) resolve_retries: u8,
+    /// How long `rdma_connect` may take until `ESTABLISHED`, in ms (active side).
+    pub(crate) connect_timeout_ms: u32,
 }
 
-impl ConnParams {
-    /// The parameters rping uses: retry and RNR retry 7, depth 1, nothing else set.
-    pub(crate) fn rping() -> Self {
+impl Default for ConnParams {
+    /// What the CM and the provider choose when nothing is set, but for the
+    /// retry and RNR retry counts, 7 (the RNR retries then never run out), and
+    /// one outstanding RDMA READ each way; resolution and connect time out after
+    /// [`RESOLVE_TIMEOUT_MS`] (repeated [`RESOLVE_RETRIES`] times) and
+    /// [`CONNECT_TIMEOUT_MS`].
+    fn default() -> Self {
         Self {
             ack_timeout: None,
             min_rnr_timer: None,
@@ -178,6 +184,7 @@ impl ConnParams {
             tos: None,
             resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
             resolve_retries: RESOLVE_RETRIES,
+            connect_timeout_ms: CONNECT_TIMEOUT_MS,
         }
     }
 }
@@ -186,6 +193,8 @@ impl ConnParams {
 pub(crate) const RESOLVE_TIMEOUT_MS: u32 = 2000;
 /// Resolution attempts repeated after a timeout, by default.
 pub(crate) const RESOLVE_RETRIES: u8 = 3;
+/// How long connection establishment may take, by default.
+pub(crate) const CONNECT_TIMEOUT_MS: u32 = 30_000;
 
 impl fmt::Display for AckTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
