@@ -35,15 +35,17 @@
 //! held while a `Run` that holds a listener is dropped, for the same reason.
 
 mod client;
+mod config;
 pub(crate) mod native;
 pub(crate) mod rping;
 mod server;
 
+pub(crate) use config::{Addr, Config, Mode, Role, MAX_CLIENTS, MAX_COUNT};
+
 use crate::rdma::cm::{
-    Conn, ConnHandler, ConnParams, ConnState, ConnectRequest, Listener, NetNs, RejectReason,
-    StepError, RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS,
+    Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError,
 };
-use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
+use crate::rdma::params::Ece;
 use crate::rdma::verbs::QpAttrs;
 use crate::rdma::verbs::QpConfig;
 use kernel::fmt;
@@ -51,194 +53,6 @@ use kernel::prelude::*;
 use kernel::str::CString;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
 use kernel::time::{msecs_to_jiffies, Delta};
-
-/// The longest address an endpoint accepts (an IPv6 address with a scope).
-pub(crate) const MAX_ADDR_LEN: usize = 64;
-/// The most client connections one endpoint opens.
-pub(crate) const MAX_CLIENTS: u32 = 64;
-/// The most pings per client connection.
-pub(crate) const MAX_COUNT: u64 = 10_000_000;
-/// The default buffer memory budget of an endpoint, in KiB (256 MiB).
-pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 256 * 1024;
-
-/// Which side an endpoint plays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// Listens and echoes.
-    Server,
-    /// Connects and pings.
-    Client,
-}
-
-/// An address as text, NUL-terminated, without allocation.
-#[derive(Clone, Copy)]
-pub(crate) struct Addr {
-    buf: [u8; MAX_ADDR_LEN + 1],
-}
-
-impl Addr {
-    /// Copies `s`; `None` if it is empty, too long or holds a NUL.
-    pub(crate) fn new(s: &str) -> Option<Self> {
-        if s.is_empty() || s.len() > MAX_ADDR_LEN || s.bytes().any(|b| b == 0) {
-            return None;
-        }
-        let mut buf = [0u8; MAX_ADDR_LEN + 1];
-        buf[..s.len()].copy_from_slice(s.as_bytes());
-        Some(Self { buf })
-    }
-
-    /// The address as a C string.
-    pub(crate) fn as_cstr(&self) -> &CStr {
-        let len = self
-            .buf
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(MAX_ADDR_LEN);
-        CStr::from_bytes_with_nul(&self.buf[..=len]).unwrap_or(c"")
-    }
-
-    /// The address as text.
-    pub(crate) fn as_str(&self) -> &str {
-        self.as_cstr().to_str().unwrap_or("?")
-    }
-}
-
-/// Which protocol an endpoint speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// rping's: RDMA READ/WRITE of advertised buffers, one ping at a time.
-    Rping,
-    /// Native SEND/RECV echo with `depth` messages in flight.
-    Echo,
-}
-
-/// An endpoint's configuration, as configfs stores it.
-#[derive(Clone, Copy)]
-pub(crate) struct Config {
-    /// Server or client.
-    pub(crate) role: Role,
-    /// rping or native echo.
-    pub(crate) mode: Mode,
-    /// Messages in flight per connection (echo mode; servers: the most accepted).
-    pub(crate) depth: u32,
-    /// Run for this long instead of `count` messages (echo-mode clients).
-    pub(crate) duration_ms: Option<u32>,
-    /// The address to listen on or connect to (`None`: unset).
-    pub(crate) addr: Option<Addr>,
-    /// The port.
-    pub(crate) port: u16,
-    /// The ack timeout (`None`: unset, the CM default applies).
-    pub(crate) ack_timeout: Option<AckTimeout>,
-    /// The minimum RNR NAK timer of this side's QPs (`None`: provider default).
-    pub(crate) min_rnr_timer: Option<MinRnrTimer>,
-    /// Transport retry count offered with the connect (`None`: 7, as rping).
-    pub(crate) retry_count: Option<RetryCount>,
-    /// RNR retry count sent to the peer (`None`: 7, as rping).
-    pub(crate) rnr_retry_count: Option<RetryCount>,
-    /// Type of service for RoCE (`None`: default).
-    pub(crate) tos: Option<u8>,
-    /// ECE vendor id (24 bits) offered or answered (`None`: no ECE).
-    pub(crate) ece_vendor_id: Option<u32>,
-    /// ECE attribute modifier (`None`: 0).
-    pub(crate) ece_attr_mod: Option<u32>,
-    /// Whether a server rejects connect requests whose ECE vendor id differs.
-    pub(crate) ece_strict: bool,
-    /// Outstanding RDMA READs this side issues (`None`: 1, as rping).
-    pub(crate) initiator_depth: Option<u8>,
-    /// Outstanding RDMA READs this side accepts (`None`: 1, as rping).
-    pub(crate) responder_resources: Option<u8>,
-    /// Most connections a server keeps at once (`None`: no limit).
-    pub(crate) max_conns: Option<u32>,
-    /// Pings per client connection.
-    pub(crate) count: u64,
-    /// Bytes per ping.
-    pub(crate) size: u32,
-    /// Client connections opened at once.
-    pub(crate) clients: u32,
-    /// The most buffer memory the endpoint's connections hold at once, in KiB.
-    pub(crate) mem_budget_kib: u32,
-    /// How long a client's address or route resolution attempt may take, in ms.
-    pub(crate) resolve_timeout_ms: u32,
-    /// Resolution attempts a client repeats after one timed out.
-    pub(crate) resolve_retries: u8,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            role: Role::Client,
-            mode: Mode::Rping,
-            depth: 1,
-            duration_ms: None,
-            addr: None,
-            port: rping::DEFAULT_PORT,
-            ack_timeout: None,
-            min_rnr_timer: None,
-            retry_count: None,
-            rnr_retry_count: None,
-            tos: None,
-            ece_vendor_id: None,
-            ece_attr_mod: None,
-            ece_strict: false,
-            initiator_depth: None,
-            responder_resources: None,
-            max_conns: None,
-            count: 10,
-            size: 64,
-            clients: 1,
-            mem_budget_kib: DEFAULT_MEM_BUDGET_KIB,
-            resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
-            resolve_retries: RESOLVE_RETRIES,
-        }
-    }
-}
-
-impl Config {
-    fn conn_params(&self) -> ConnParams {
-        let d = ConnParams::default();
-        ConnParams {
-            ack_timeout: self.ack_timeout,
-            min_rnr_timer: self.min_rnr_timer,
-            retry_count: self.retry_count.unwrap_or(d.retry_count),
-            rnr_retry_count: self.rnr_retry_count.unwrap_or(d.rnr_retry_count),
-            tos: self.tos,
-            ece: self.ece(),
-            initiator_depth: self.initiator_depth.unwrap_or(d.initiator_depth),
-            responder_resources: self.responder_resources.unwrap_or(d.responder_resources),
-            resolve_timeout_ms: self.resolve_timeout_ms,
-            resolve_retries: self.resolve_retries,
-            ..d
-        }
-    }
-
-    /// The buffer memory one connection of this endpoint holds, in bytes.
-    fn conn_buf_bytes(&self) -> u64 {
-        let (size, depth) = (u64::from(self.size), u64::from(self.depth));
-        let msg = u64::from(rping::MSG_LEN);
-        match (self.mode, self.role) {
-            // Echo: `depth` send and `depth` receive buffers (client), or
-            // `2 × depth` receive buffers echoed in place (server).
-            (Mode::Echo, _) => 2 * depth * size,
-            // rping: the source and sink buffers and three messages (client);
-            // one buffer of the largest size and two messages (server).
-            (Mode::Rping, Role::Client) => 2 * size + 3 * msg,
-            (Mode::Rping, Role::Server) => u64::from(rping::MAX_SIZE) + 2 * msg,
-        }
-    }
-
-    /// The budget in bytes.
-    fn mem_budget(&self) -> u64 {
-        u64::from(self.mem_budget_kib) * 1024
-    }
-
-    /// The ECE this endpoint offers (client) or answers with (server).
-    fn ece(&self) -> Option<Ece> {
-        self.ece_vendor_id.map(|vendor_id| Ece {
-            vendor_id,
-            attr_mod: self.ece_attr_mod.unwrap_or(0),
-        })
-    }
-}
 
 /// An endpoint's state, as `state` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
