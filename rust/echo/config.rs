@@ -166,26 +166,6 @@ impl Config {
         }
     }
 
-    /// The buffer memory one connection of this endpoint holds, in bytes.
-    pub(super) fn conn_buf_bytes(&self) -> u64 {
-        let (size, depth) = (u64::from(self.size), u64::from(self.depth));
-        let msg = u64::from(rping::MSG_LEN);
-        match (self.mode, self.role) {
-            // Echo: `depth` send and `depth` receive buffers (client), or
-            // `2 × depth` receive buffers echoed in place (server).
-            (Mode::Echo, _) => 2 * depth * size,
-            // rping: the source and sink buffers and three messages (client);
-            // one buffer of the largest size and two messages (server).
-            (Mode::Rping, Role::Client) => 2 * size + 3 * msg,
-            (Mode::Rping, Role::Server) => u64::from(rping::MAX_SIZE) + 2 * msg,
-        }
-    }
-
-    /// The budget in bytes.
-    pub(super) fn mem_budget(&self) -> u64 {
-        u64::from(self.mem_budget_kib) * 1024
-    }
-
     /// The ECE this endpoint offers (client) or answers with (server).
     pub(super) fn ece(&self) -> Option<Ece> {
         self.ece_vendor_id.map(|vendor_id| Ece {

@@ -34,6 +34,7 @@
 //! CM's handlers and drain CQs, which take locks 3 to 5. `Shared::inner` is not
 //! held while a `Run` that holds a listener is dropped, for the same reason.
 
+mod admission;
 mod client;
 mod config;
 pub(crate) mod native;
@@ -366,21 +367,8 @@ impl Endpoint {
             return Err(EINVAL);
         };
         let cfg = g.cfg;
-        let conns = if cfg.role == Role::Client {
-            u64::from(cfg.clients)
-        } else {
-            1
-        };
-        if conns * cfg.conn_buf_bytes() > cfg.mem_budget() {
-            set_error(
-                &mut g,
-                fmt!(
-                    "enable: {} connection(s) with {} KiB of buffers each exceed mem_budget_kib {}",
-                    conns,
-                    cfg.conn_buf_bytes().div_ceil(1024),
-                    cfg.mem_budget_kib
-                ),
-            );
+        if let Err(e) = admission::enable_fits(&cfg) {
+            set_error(&mut g, fmt!("enable: {}", e));
             return Err(EINVAL);
         }
         g.stats = Stats::default();
@@ -777,61 +765,21 @@ impl Shared {
         ));
     }
 
-    /// Decides on a connect request for a server: `max_conns` and the ECE policy.
-    /// Returns the ECE to answer with, or why the request is rejected.
+    /// Decides on a connect request for a server: the memory budget, `max_conns`
+    /// and the ECE policy (see [`admission::admit`]). Returns the ECE to answer
+    /// with, or why the request is rejected.
     fn admit(&self, req: &ConnectRequest) -> Result<Option<Ece>, RejectReason> {
         let mut g = self.inner.lock();
         if !g.enabled {
             return Err(RejectReason::Consumer);
         }
-        let cfg = g.cfg;
         g.run.prune();
-        let need = cfg.conn_buf_bytes();
         let live = g.run.conns.len();
-        if (live as u64 + 1) * need > cfg.mem_budget() {
+        admission::admit(&g.cfg, live, req.remote_ece.vendor_id).map_err(|r| {
             g.stats.rejected += 1;
-            set_error(
-                &mut g,
-                fmt!(
-                    "server: rejected a connect request: mem_budget_kib {} reached ({} connections of {} KiB)",
-                    cfg.mem_budget_kib,
-                    live,
-                    need.div_ceil(1024)
-                ),
-            );
-            return Err(RejectReason::Consumer);
-        }
-        if let Some(max) = cfg.max_conns {
-            if g.run.conns.len() >= max as usize {
-                g.stats.rejected += 1;
-                set_error(
-                    &mut g,
-                    fmt!(
-                        "server: rejected a connect request: max_conns {} reached",
-                        max
-                    ),
-                );
-                return Err(RejectReason::Consumer);
-            }
-        }
-        let mine = cfg.ece();
-        let offered = req.remote_ece.vendor_id;
-        match mine {
-            Some(e) if e.vendor_id == offered => Ok(Some(e)),
-            _ if cfg.ece_strict => {
-                g.stats.rejected += 1;
-                set_error(
-                    &mut g,
-                    fmt!(
-                        "server: rejected a connect request: ECE vendor id {:#x} offered, {:#x} required",
-                        offered,
-                        mine.map(|e| e.vendor_id).unwrap_or(0)
-                    ),
-                );
-                Err(RejectReason::VendorOptionNotSupported)
-            }
-            _ => Ok(None),
-        }
+            set_error(&mut g, fmt!("server: rejected a connect request: {}", r));
+            r.reason()
+        })
     }
 
     /// Records that a client connection finished; the endpoint is `done` once all
