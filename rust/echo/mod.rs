@@ -43,13 +43,14 @@ mod server;
 mod stats;
 
 pub(crate) use config::{Addr, Config, Mode, Role, MAX_CLIENTS, MAX_COUNT};
-use stats::{percentile, ConnCounters, ReadBack, RttSamples, Stats};
+pub(crate) use stats::{percentile, StatsReading};
+use stats::{ConnCounters, ReadBack, RttSamples, Stats};
 
 use crate::rdma::cm::{
     Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError,
 };
 use crate::rdma::params::Ece;
-use crate::rdma::verbs::QpConfig;
+use crate::rdma::verbs::{QpAttrs, QpConfig};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
@@ -73,19 +74,6 @@ pub(crate) enum State {
     Error,
 }
 
-impl State {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Idle => "idle",
-            Self::Listening => "listening",
-            Self::Connecting => "connecting",
-            Self::Running => "running",
-            Self::Done => "done",
-            Self::Error => "error",
-        }
-    }
-}
-
 /// What the echo service needs of each connection handler, whatever its protocol.
 pub(crate) trait EchoConn: ConnHandler {
     /// Marks a client connection whose setup failed as finished.
@@ -94,53 +82,47 @@ pub(crate) trait EchoConn: ConnHandler {
     fn counters(&self) -> ConnCounters;
 }
 
-/// A connection an endpoint keeps, whatever its handler type.
-trait EpConn: Send + Sync {
+/// What `connections` shows of a connection an endpoint keeps, whatever its
+/// handler type.
+pub(crate) trait ConnView: Send + Sync {
+    /// The connection's state.
     fn state(&self) -> ConnState;
-    fn close_and_wait(&self);
-    fn describe(&self, w: &mut dyn core::fmt::Write, n: usize) -> core::fmt::Result;
+    /// Its handler's counters.
+    fn counters(&self) -> ConnCounters;
+    /// The peer's address, written into `buf`, while the connection has one.
+    fn peer<'a>(&self, buf: &'a mut [u8; 64]) -> Option<&'a str>;
+    /// What its QP got.
+    fn qp_attrs(&self) -> Result<QpAttrs>;
 }
 
-impl<H: EchoConn> EpConn for Conn<H> {
+impl<H: EchoConn> ConnView for Conn<H> {
     fn state(&self) -> ConnState {
         Conn::state(self)
     }
 
+    fn counters(&self) -> ConnCounters {
+        self.handler().counters()
+    }
+
+    fn peer<'a>(&self, buf: &'a mut [u8; 64]) -> Option<&'a str> {
+        Conn::peer(self, buf)
+    }
+
+    fn qp_attrs(&self) -> Result<QpAttrs> {
+        Conn::qp_attrs(self)
+    }
+}
+
+/// A connection an endpoint keeps, whatever its handler type.
+trait EpConn: ConnView {
+    fn close_and_wait(&self);
+}
+
+impl<H: EchoConn> EpConn for Conn<H> {
     fn close_and_wait(&self) {
         // Only fails inside a callback of the rdma layer or a `with_res`
         // closure; endpoints call this from process context.
         let _ = Conn::close_and_wait(self);
-    }
-
-    fn describe(&self, w: &mut dyn core::fmt::Write, n: usize) -> core::fmt::Result {
-        let c = self.handler().counters();
-        let st = Conn::state(self);
-        write!(w, "conn{} state {}", n, st.name())?;
-        let mut buf = [0u8; 64];
-        if let Some(peer) = self.peer(&mut buf) {
-            write!(w, " peer {}", peer)?;
-        }
-        if let Ok(q) = self.qp_attrs() {
-            write!(
-                w,
-                " qp_num {} qp_state {} timeout {} retry_cnt {} rnr_retry {} min_rnr_timer {}",
-                q.qp_num,
-                q.state_name(),
-                q.timeout,
-                q.retry_cnt,
-                q.rnr_retry,
-                q.min_rnr_timer
-            )?;
-        }
-        write!(
-            w,
-            " messages {} bytes {} errors {}",
-            c.messages, c.bytes, c.errors
-        )?;
-        match c.detect_us {
-            Some(us) => writeln!(w, " detect_us {}", us),
-            None => writeln!(w),
-        }
     }
 }
 
@@ -456,156 +438,60 @@ impl Endpoint {
         }
     }
 
-    /// Writes `state`.
-    pub(crate) fn show_state(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
-        writeln!(w, "{}", self.shared.inner.lock().state.name())
+    /// The endpoint's state.
+    pub(crate) fn state(&self) -> State {
+        self.shared.inner.lock().state
     }
 
-    /// Writes `stats`: one `key value` per line.
-    pub(crate) fn show_stats(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    /// Reads the stats, and copies the RTT samples for percentiles computed
+    /// without the lock.
+    pub(crate) fn read_stats(&self) -> StatsReading {
         // The room for a copy of the samples is made before the lock is taken
         // for the snapshot: completions take that lock on every echo. Samples
         // recorded in between are left out of this reading.
         let kept = self.shared.inner.lock().rtt.len();
         let mut samples = KVVec::with_capacity(kept, GFP_KERNEL);
         let g = self.shared.inner.lock();
-        let s = g.stats;
+        let stats = g.stats;
         let active = g.run.established();
         if let Ok(v) = samples.as_mut() {
             g.rtt.copy_into(v);
         }
         drop(g);
-        writeln!(w, "pings {}", s.pings)?;
-        writeln!(w, "bytes {}", s.bytes)?;
-        writeln!(w, "errors {}", s.errors)?;
-        writeln!(w, "verify_errors {}", s.verify_errors)?;
-        writeln!(w, "connections {}", s.connections)?;
-        writeln!(w, "connect_failed {}", s.connect_failed)?;
-        writeln!(w, "rejected {}", s.rejected)?;
-        writeln!(w, "active {}", active)?;
-        for (status, n) in s.wc_errors.iter().filter(|e| e.1 > 0) {
-            writeln!(w, "wc_error_status_{} {}", status, n)?;
-        }
-        if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
-            writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
-            writeln!(w, "rtt_avg_us {}", avg)?;
-            let mut pct = |p| match samples.as_mut() {
-                Ok(v) => percentile(v, p),
-                Err(_) => None,
-            };
-            match (pct(50), pct(99)) {
-                (Some(p50), Some(p99)) => {
-                    writeln!(w, "rtt_p50_us {}", p50)?;
-                    writeln!(w, "rtt_p99_us {}", p99)?;
-                }
-                // No memory to copy the samples into: say so rather than guess.
-                _ => {
-                    writeln!(w, "rtt_p50_us -")?;
-                    writeln!(w, "rtt_p99_us -")?;
-                }
-            }
-            writeln!(w, "rtt_max_us {}", s.rtt_max_us)?;
-            writeln!(w, "rtt_samples {}", samples.as_ref().map_or(0, |v| v.len()))?;
-            for (i, n) in s.rtt_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
-                writeln!(w, "rtt_hist_lt_{}us {}", 1u64 << (i + 1), n)?;
-            }
-        } else {
-            for k in ["min", "avg", "p50", "p99", "max"] {
-                writeln!(w, "rtt_{}_us -", k)?;
-            }
-            writeln!(w, "rtt_samples 0")?;
-        }
-        match s.run_us {
-            0 => writeln!(w, "run_us -")?,
-            us => writeln!(w, "run_us {}", us)?,
-        }
-        match (s.run_us, s.bytes) {
-            (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -")?,
-            (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us)?,
-        }
-        writeln!(w, "detections {}", s.detect_n)?;
-        match s.detect_n {
-            0 => writeln!(w, "detect_us -"),
-            _ => writeln!(w, "detect_us {}", s.detect_last_us),
+        StatsReading {
+            stats,
+            active,
+            samples,
         }
     }
 
-    /// Writes `qp_attrs`: what the last established connection's QP got.
-    pub(crate) fn show_qp_attrs(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
-        let Some(rb) = self.shared.inner.lock().read_back else {
-            return writeln!(w, "none");
-        };
-        let q = rb.qp;
-        writeln!(w, "qp_num {}", q.qp_num)?;
-        writeln!(w, "state {}", q.state_name())?;
-        writeln!(w, "timeout {}", q.timeout)?;
-        writeln!(w, "retry_cnt {}", q.retry_cnt)?;
-        writeln!(w, "rnr_retry {}", q.rnr_retry)?;
-        writeln!(w, "min_rnr_timer {}", q.min_rnr_timer)?;
-        writeln!(w, "path_mtu {}", q.path_mtu)?;
-        match rb.plt {
-            Some(p) => writeln!(w, "packet_life_time {}", p)?,
-            None => writeln!(w, "packet_life_time -")?,
-        }
-        match rb.tclass {
-            Some(t) => writeln!(w, "traffic_class {}", t)?,
-            None => writeln!(w, "traffic_class -")?,
-        }
-        writeln!(w, "remote_ece_vendor_id {:#x}", rb.remote_ece.vendor_id)?;
-        writeln!(w, "remote_ece_attr_mod {:#x}", rb.remote_ece.attr_mod)
+    /// What the QP of the last established connection got.
+    pub(crate) fn read_back(&self) -> Option<ReadBack> {
+        self.shared.inner.lock().read_back
     }
 
-    /// Writes `remote_ece`: the ECE the peer of the last established connection sent.
-    pub(crate) fn show_remote_ece(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
-        let e = self
-            .shared
-            .inner
-            .lock()
-            .read_back
-            .map(|rb| rb.remote_ece)
-            .unwrap_or_default();
-        writeln!(w, "vendor_id {:#x}", e.vendor_id)?;
-        writeln!(w, "attr_mod {:#x}", e.attr_mod)
-    }
-
-    /// Writes `connections`: one line per connection of the endpoint.
-    pub(crate) fn show_connections(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    /// The endpoint's connections, copied so that they are shown without the lock
+    /// (as many as there is memory for).
+    pub(crate) fn connections(&self) -> KVec<Arc<dyn ConnView>> {
         let g = self.shared.inner.lock();
-        let conns: KVec<Arc<dyn EpConn>> = {
-            let mut v = KVec::new();
-            for c in g.run.conns.iter() {
-                if v.push(c.clone(), GFP_KERNEL).is_err() {
-                    break;
-                }
+        let mut v = KVec::new();
+        for c in g.run.conns.iter() {
+            if v.push(c.clone() as Arc<dyn ConnView>, GFP_KERNEL).is_err() {
+                break;
             }
-            v
-        };
+        }
         drop(g);
-        let mut lines = LineBudget {
-            w,
-            left: CONNECTIONS_BUDGET,
-        };
-        for (n, c) in conns.iter().enumerate() {
-            // A line is under 200 bytes: stop while a whole one still fits.
-            if lines.left < 200 {
-                return writeln!(lines.w, "truncated {} more", conns.len() - n);
-            }
-            c.describe(&mut lines, n)?;
-        }
-        Ok(())
+        v
     }
 
-    /// Writes `last_error`.
-    pub(crate) fn show_last_error(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
-        match &self.shared.inner.lock().last_error {
-            Some(e) => writeln!(w, "{}", e.to_str().unwrap_or("?")),
-            None => writeln!(w, "none"),
-        }
+    /// Runs `f` on `last_error`, under the lock.
+    pub(crate) fn last_error<R>(&self, f: impl FnOnce(Option<&CStr>) -> R) -> R {
+        f(self.shared.inner.lock().last_error.as_deref())
     }
 
-    /// Writes `netns`: the inode number of the endpoint's network namespace.
-    pub(crate) fn show_netns(&self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
-        writeln!(w, "net:[{}]", self.shared.net.inum())
+    /// The inode number of the endpoint's network namespace.
+    pub(crate) fn netns_inum(&self) -> u32 {
+        self.shared.net.inum()
     }
 }
 
@@ -842,27 +728,6 @@ fn spawn_connect<H: EchoConn>(
         return Err(e);
     }
     Ok(())
-}
-
-/// The bytes `connections` may use before it says how many lines it left out
-/// (a configfs attribute holds one page).
-const CONNECTIONS_BUDGET: usize = 3900;
-
-/// A writer that refuses to go past a byte budget.
-struct LineBudget<'a, W: core::fmt::Write> {
-    w: &'a mut W,
-    left: usize,
-}
-
-impl<W: core::fmt::Write> core::fmt::Write for LineBudget<'_, W> {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        if s.len() > self.left {
-            self.left = 0;
-            return Err(core::fmt::Error);
-        }
-        self.left -= s.len();
-        self.w.write_str(s)
-    }
 }
 
 /// Closes connections and waits for each; the callers run in process context.

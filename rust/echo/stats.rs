@@ -5,6 +5,7 @@
 
 use crate::rdma::cm::Conn;
 use crate::rdma::verbs::QpAttrs;
+use kernel::alloc::AllocError;
 use kernel::prelude::*;
 use kernel::time::Delta;
 
@@ -28,20 +29,20 @@ pub(crate) struct Stats {
     /// Client connections whose setup failed.
     pub(crate) connect_failed: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
-    pub(super) wc_errors: [(i32, u64); 8],
-    pub(super) rtt_n: u64,
-    pub(super) rtt_sum_us: u64,
-    pub(super) rtt_min_us: u64,
-    pub(super) rtt_max_us: u64,
+    pub(crate) wc_errors: [(i32, u64); 8],
+    pub(crate) rtt_n: u64,
+    pub(crate) rtt_sum_us: u64,
+    pub(crate) rtt_min_us: u64,
+    pub(crate) rtt_max_us: u64,
     /// RTT histogram: bucket `i` counts RTTs below 2^(i+1) µs and at least 2^i
     /// (bucket 0 also counts 0 and 1 µs).
-    pub(super) rtt_hist: [u64; 32],
+    pub(crate) rtt_hist: [u64; 32],
     /// How long the last client run took, from establishment to the last echo.
-    pub(super) run_us: u64,
+    pub(crate) run_us: u64,
     /// Connections that ended on a failed work completion (native echo clients).
-    pub(super) detect_n: u64,
+    pub(crate) detect_n: u64,
     /// The detection time of the last of them, in µs.
-    pub(super) detect_last_us: u64,
+    pub(crate) detect_last_us: u64,
 }
 
 impl Stats {
@@ -80,6 +81,17 @@ impl Stats {
         let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
         self.run_us = self.run_us.max(us);
     }
+}
+
+/// A reading of an endpoint's stats, as `stats` shows it.
+pub(crate) struct StatsReading {
+    /// The counters.
+    pub(crate) stats: Stats,
+    /// Connections established when they were read.
+    pub(crate) active: usize,
+    /// A copy of the RTT samples, for percentiles computed without the lock
+    /// (`Err`: no memory for the copy).
+    pub(crate) samples: Result<KVVec<u32>, AllocError>,
 }
 
 /// The round-trip times of a run, exact: each one in µs rounded up, the first
@@ -166,7 +178,7 @@ impl RttSamples {
 }
 
 /// The `pct` percentile (nearest rank) of `v`; reorders `v`.
-pub(super) fn percentile(v: &mut [u32], pct: usize) -> Option<u32> {
+pub(crate) fn percentile(v: &mut [u32], pct: usize) -> Option<u32> {
     if v.is_empty() {
         return None;
     }

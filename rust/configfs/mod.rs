@@ -10,6 +10,10 @@
 //! A store parses the page, and either changes the endpoint or changes nothing and
 //! fails: `EINVAL` for a bad value, `EBUSY` while the endpoint is enabled. Either
 //! failure also sets `last_error`.
+//!
+//! The text of the attributes that show what an endpoint does is in [`format`].
+
+mod format;
 
 use crate::echo::native::MAX_DEPTH;
 use crate::echo::rping::MAX_SIZE;
@@ -283,11 +287,11 @@ endpoint_attr!(7,
     },
 );
 
-endpoint_attr!(8, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_state(w));
-endpoint_attr!(9, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_stats(w));
-endpoint_attr!(10, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_qp_attrs(w));
-endpoint_attr!(11, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_last_error(w));
-endpoint_attr!(12, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_netns(w));
+endpoint_attr!(8, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::state(ep, w));
+endpoint_attr!(9, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::stats(ep, w));
+endpoint_attr!(10, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::qp_attrs(ep, w));
+endpoint_attr!(11, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::last_error(ep, w));
+endpoint_attr!(12, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::netns(ep, w));
 
 endpoint_attr!(13,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.min_rnr_timer)),
@@ -387,8 +391,8 @@ endpoint_attr!(22,
     }),
 );
 
-endpoint_attr!(23, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_remote_ece(w));
-endpoint_attr!(24, show: |ep: &Endpoint, w: &mut Formatter<'_>| ep.show_connections(w));
+endpoint_attr!(23, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::remote_ece(ep, w));
+endpoint_attr!(24, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::connections(ep, w));
 
 endpoint_attr!(25,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| {

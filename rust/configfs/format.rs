@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The text of the attributes that show what an endpoint does: `state`,
+//! `stats`, `qp_attrs`, `remote_ece`, `connections`, `last_error` and `netns`.
+//!
+//! Each function reads the endpoint once (see its readers in `crate::echo`)
+//! and writes the attribute's lines; the ABI is documented in
+//! `Documentation/ABI/testing/configfs-cmecho`.
+
+use crate::echo::{percentile, ConnView, Endpoint, State, StatsReading};
+
+/// Writes `state`.
+pub(super) fn state(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    let name = match ep.state() {
+        State::Idle => "idle",
+        State::Listening => "listening",
+        State::Connecting => "connecting",
+        State::Running => "running",
+        State::Done => "done",
+        State::Error => "error",
+    };
+    writeln!(w, "{}", name)
+}
+
+/// Writes `stats`: one `key value` per line.
+pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    let StatsReading {
+        stats: s,
+        active,
+        mut samples,
+    } = ep.read_stats();
+    writeln!(w, "pings {}", s.pings)?;
+    writeln!(w, "bytes {}", s.bytes)?;
+    writeln!(w, "errors {}", s.errors)?;
+    writeln!(w, "verify_errors {}", s.verify_errors)?;
+    writeln!(w, "connections {}", s.connections)?;
+    writeln!(w, "connect_failed {}", s.connect_failed)?;
+    writeln!(w, "rejected {}", s.rejected)?;
+    writeln!(w, "active {}", active)?;
+    for (status, n) in s.wc_errors.iter().filter(|e| e.1 > 0) {
+        writeln!(w, "wc_error_status_{} {}", status, n)?;
+    }
+    if let Some(avg) = s.rtt_sum_us.checked_div(s.rtt_n) {
+        writeln!(w, "rtt_min_us {}", s.rtt_min_us)?;
+        writeln!(w, "rtt_avg_us {}", avg)?;
+        let mut pct = |p| match samples.as_mut() {
+            Ok(v) => percentile(v, p),
+            Err(_) => None,
+        };
+        match (pct(50), pct(99)) {
+            (Some(p50), Some(p99)) => {
+                writeln!(w, "rtt_p50_us {}", p50)?;
+                writeln!(w, "rtt_p99_us {}", p99)?;
+            }
+            // No memory to copy the samples into: say so rather than guess.
+            _ => {
+                writeln!(w, "rtt_p50_us -")?;
+                writeln!(w, "rtt_p99_us -")?;
+            }
+        }
+        writeln!(w, "rtt_max_us {}", s.rtt_max_us)?;
+        writeln!(w, "rtt_samples {}", samples.as_ref().map_or(0, |v| v.len()))?;
+        for (i, n) in s.rtt_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
+            writeln!(w, "rtt_hist_lt_{}us {}", 1u64 << (i + 1), n)?;
+        }
+    } else {
+        for k in ["min", "avg", "p50", "p99", "max"] {
+            writeln!(w, "rtt_{}_us -", k)?;
+        }
+        writeln!(w, "rtt_samples 0")?;
+    }
+    match s.run_us {
+        0 => writeln!(w, "run_us -")?,
+        us => writeln!(w, "run_us {}", us)?,
+    }
+    match (s.run_us, s.bytes) {
+        (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -")?,
+        (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us)?,
+    }
+    writeln!(w, "detections {}", s.detect_n)?;
+    match s.detect_n {
+        0 => writeln!(w, "detect_us -"),
+        _ => writeln!(w, "detect_us {}", s.detect_last_us),
+    }
+}
+
+/// Writes `qp_attrs`: what the last established connection's QP got.
+pub(super) fn qp_attrs(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    let Some(rb) = ep.read_back() else {
+        return writeln!(w, "none");
+    };
+    let q = rb.qp;
+    writeln!(w, "qp_num {}", q.qp_num)?;
+    writeln!(w, "state {}", q.state_name())?;
+    writeln!(w, "timeout {}", q.timeout)?;
+    writeln!(w, "retry_cnt {}", q.retry_cnt)?;
+    writeln!(w, "rnr_retry {}", q.rnr_retry)?;
+    writeln!(w, "min_rnr_timer {}", q.min_rnr_timer)?;
+    writeln!(w, "path_mtu {}", q.path_mtu)?;
+    match rb.plt {
+        Some(p) => writeln!(w, "packet_life_time {}", p)?,
+        None => writeln!(w, "packet_life_time -")?,
+    }
+    match rb.tclass {
+        Some(t) => writeln!(w, "traffic_class {}", t)?,
+        None => writeln!(w, "traffic_class -")?,
+    }
+    writeln!(w, "remote_ece_vendor_id {:#x}", rb.remote_ece.vendor_id)?;
+    writeln!(w, "remote_ece_attr_mod {:#x}", rb.remote_ece.attr_mod)
+}
+
+/// Writes `remote_ece`: the ECE the peer of the last established connection sent.
+pub(super) fn remote_ece(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    let e = ep.read_back().map(|rb| rb.remote_ece).unwrap_or_default();
+    writeln!(w, "vendor_id {:#x}", e.vendor_id)?;
+    writeln!(w, "attr_mod {:#x}", e.attr_mod)
+}
+
+/// Writes `connections`: one line per connection of the endpoint.
+pub(super) fn connections(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    let conns = ep.connections();
+    let mut lines = LineBudget {
+        w,
+        left: CONNECTIONS_BUDGET,
+    };
+    for (n, c) in conns.iter().enumerate() {
+        // A line is under 200 bytes: stop while a whole one still fits.
+        if lines.left < 200 {
+            return writeln!(lines.w, "truncated {} more", conns.len() - n);
+        }
+        conn_line(&mut lines, n, &**c)?;
+    }
+    Ok(())
+}
+
+/// Writes `last_error`.
+pub(super) fn last_error(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    ep.last_error(|e| match e {
+        Some(e) => writeln!(w, "{}", e.to_str().unwrap_or("?")),
+        None => writeln!(w, "none"),
+    })
+}
+
+/// Writes `netns`: the inode number of the endpoint's network namespace.
+pub(super) fn netns(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+    writeln!(w, "net:[{}]", ep.netns_inum())
+}
+
+/// The bytes `connections` may use before it says how many lines it left out
+/// (a configfs attribute holds one page).
+const CONNECTIONS_BUDGET: usize = 3900;
+
+/// A writer that refuses to go past a byte budget.
+struct LineBudget<'a, W: core::fmt::Write> {
+    w: &'a mut W,
+    left: usize,
+}
+
+impl<W: core::fmt::Write> core::fmt::Write for LineBudget<'_, W> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        if s.len() > self.left {
+            self.left = 0;
+            return Err(core::fmt::Error);
+        }
+        self.left -= s.len();
+        self.w.write_str(s)
+    }
+}
+
+/// Writes the line of connection `n`.
+fn conn_line(w: &mut dyn core::fmt::Write, n: usize, conn: &dyn ConnView) -> core::fmt::Result {
+    let c = conn.counters();
+    let st = conn.state();
+    write!(w, "conn{} state {}", n, st.name())?;
+    let mut buf = [0u8; 64];
+    if let Some(peer) = conn.peer(&mut buf) {
+        write!(w, " peer {}", peer)?;
+    }
+    if let Ok(q) = conn.qp_attrs() {
+        write!(
+            w,
+            " qp_num {} qp_state {} timeout {} retry_cnt {} rnr_retry {} min_rnr_timer {}",
+            q.qp_num,
+            q.state_name(),
+            q.timeout,
+            q.retry_cnt,
+            q.rnr_retry,
+            q.min_rnr_timer
+        )?;
+    }
+    write!(
+        w,
+        " messages {} bytes {} errors {}",
+        c.messages, c.bytes, c.errors
+    )?;
+    match c.detect_us {
+        Some(us) => writeln!(w, " detect_us {}", us),
+        None => writeln!(w),
+    }
+}
