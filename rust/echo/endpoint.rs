@@ -12,7 +12,7 @@
 //!    removal. No CM handler or completion takes it, so it may be held while
 //!    waiting for listeners and connections to go.
 //! 2. The CM's handler mutex of an id, and a CQ's completion work: where the
-//!    service's callbacks run (see `crate::rdma::cm`).
+//!    service's callbacks run (see `crate::rdma::conn`).
 //! 3. A connection's ULP state: `cmecho_native_srv_st`, `cmecho_native_cli_st`,
 //!    `cmecho_rping_cli_progress`, `cmecho_rping_srv_progress`. Never two at once.
 //! 4. `Shared::inner` (`cmecho_shared_inner`): the endpoint's state, stats and
