@@ -38,9 +38,10 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::{Arc, CondVar, CondVarTimeoutResult, Mutex};
 use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
-use rdma::cm::{Conn, ConnHandler, ConnParams, ConnectStep, EndReason, NetNs};
 use rdma::params::AckTimeout;
-use rdma::verbs::{QpConfig, WcError};
+use rdma::verbs::QpConfig;
+use rdma::WcError;
+use rdma::{Conn, ConnHandler, ConnParams, ConnectStep, EndReason, NetNs};
 
 module! {
     type: CmTime,

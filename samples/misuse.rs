@@ -30,12 +30,13 @@ mod rdma;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex, MutexGuard};
 use kernel::time::msecs_to_jiffies;
-use rdma::cm::{
+use rdma::params::Ece;
+use rdma::verbs::QpConfig;
+use rdma::WcError;
+use rdma::{
     Conn, ConnHandler, ConnParams, ConnectRequest, EndReason, ListenHandler, Listener, NetNs,
     RejectReason, StepError,
 };
-use rdma::params::Ece;
-use rdma::verbs::{QpConfig, WcError};
 
 module! {
     type: Misuse,

@@ -13,8 +13,8 @@
 
 use super::config::{Config, Mode, Role};
 use super::rping;
-use crate::rdma::cm::RejectReason;
 use crate::rdma::params::Ece;
+use crate::rdma::RejectReason;
 use kernel::fmt;
 use kernel::prelude::*;
 

@@ -10,8 +10,9 @@
 
 use super::rping::{self, Msg, MSG_LEN};
 use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
-use crate::rdma::cm::{Conn, ConnHandler, EndReason};
-use crate::rdma::verbs::{QpConfig, WcError, TAG_REG};
+use crate::rdma::verbs::{QpConfig, TAG_REG};
+use crate::rdma::WcError;
+use crate::rdma::{Conn, ConnHandler, EndReason};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 use kernel::time::{Instant, Monotonic};

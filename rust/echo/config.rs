@@ -3,8 +3,9 @@
 //! An endpoint's configuration: what configfs stores, and the limits it checks.
 
 use super::rping;
-use crate::rdma::cm::{ConnParams, RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS};
 use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
+use crate::rdma::params::{RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS};
+use crate::rdma::ConnParams;
 use kernel::prelude::*;
 
 /// The longest address an endpoint accepts (an IPv6 address with a scope).

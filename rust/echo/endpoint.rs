@@ -32,11 +32,11 @@ use super::admission;
 use super::config::{Addr, Config, Mode, Role};
 use super::stats::{ConnCounters, ReadBack, RttSamples, Stats, StatsReading};
 use super::{client, native, server};
-use crate::rdma::cm::{
-    Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError,
-};
 use crate::rdma::params::Ece;
 use crate::rdma::verbs::{QpAttrs, QpConfig};
+use crate::rdma::{
+    Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError,
+};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
@@ -118,7 +118,7 @@ trait EpListener: Send + Sync {
     fn is_listening(&self) -> bool;
 }
 
-impl<L: crate::rdma::cm::ListenHandler> EpListener for Listener<L> {
+impl<L: crate::rdma::ListenHandler> EpListener for Listener<L> {
     fn stop(&self) {
         Listener::stop(self)
     }
@@ -552,7 +552,7 @@ impl Shared {
     }
 
     /// Captures what the QP of a just-established connection got.
-    pub(super) fn read_back<H: crate::rdma::cm::ConnHandler>(&self, conn: &Conn<H>) {
+    pub(super) fn read_back<H: crate::rdma::ConnHandler>(&self, conn: &Conn<H>) {
         if let Some(rb) = ReadBack::of(conn) {
             self.inner.lock().read_back = Some(rb);
         }

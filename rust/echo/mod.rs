@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The echo service: endpoints that serve or run pings over `rdma::cm` connections.
+//! The echo service: endpoints that serve or run pings over `rdma` connections.
 //!
 //! An endpoint is one configfs directory. As a server it listens and answers any
 //! number of clients, each on its own QP; as a client it opens `clients`

@@ -14,11 +14,12 @@
 //! receives of `size` bytes posted per connection (half may be busy echoing).
 
 use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
-use crate::rdma::cm::{
+use crate::rdma::params::Ece;
+use crate::rdma::verbs::QpConfig;
+use crate::rdma::WcError;
+use crate::rdma::{
     Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
 };
-use crate::rdma::params::Ece;
-use crate::rdma::verbs::{QpConfig, WcError};
 use kernel::error::code::ENOTCONN;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};

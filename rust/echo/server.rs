@@ -9,11 +9,12 @@
 
 use super::rping::{Msg, MAX_SIZE, MSG_LEN};
 use super::{ConnCounters, EchoConn, Shared};
-use crate::rdma::cm::{
+use crate::rdma::params::Ece;
+use crate::rdma::verbs::{QpConfig, TAG_REG};
+use crate::rdma::WcError;
+use crate::rdma::{
     Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
 };
-use crate::rdma::params::Ece;
-use crate::rdma::verbs::{QpConfig, WcError, TAG_REG};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 

@@ -3,8 +3,8 @@
 //! An endpoint's counters: the stats, the RTT histogram and samples behind
 //! them, what a connection's QP got, and the counters of one connection.
 
-use crate::rdma::cm::Conn;
 use crate::rdma::verbs::QpAttrs;
+use crate::rdma::Conn;
 use kernel::alloc::AllocError;
 use kernel::prelude::*;
 use kernel::time::Delta;
@@ -202,7 +202,7 @@ pub(crate) struct ReadBack {
 
 impl ReadBack {
     /// Reads back what the QP and route of `conn` got.
-    pub(super) fn of<H: crate::rdma::cm::ConnHandler>(conn: &Conn<H>) -> Option<Self> {
+    pub(super) fn of<H: crate::rdma::ConnHandler>(conn: &Conn<H>) -> Option<Self> {
         Some(Self {
             qp: conn.qp_attrs().ok()?,
             plt: conn.route_plt(),

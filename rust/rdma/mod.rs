@@ -52,7 +52,6 @@
 //! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
 //! to the CM for destruction, so removing a device never waits on cmecho.
 
-pub(crate) mod cm;
 mod conn;
 mod context;
 mod cq;

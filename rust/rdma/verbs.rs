@@ -25,8 +25,6 @@ use core::ptr::NonNull;
 use kernel::error::{from_err_ptr, to_result};
 use kernel::ffi::c_void;
 
-#[allow(unused_imports, reason = "its former path, for the code not yet moved")]
-pub(crate) use super::cq::WcError;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
