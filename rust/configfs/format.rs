@@ -8,6 +8,7 @@
 //! `Documentation/ABI/testing/configfs-cmecho`.
 
 use crate::echo::{percentile, ConnView, Endpoint, State, StatsReading};
+use crate::rdma::ConnState;
 
 /// Writes `state`.
 pub(super) fn state(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
@@ -167,11 +168,26 @@ impl<W: core::fmt::Write> core::fmt::Write for LineBudget<'_, W> {
     }
 }
 
+/// A connection's state as `connections` names it.
+fn conn_state_name(st: ConnState) -> &'static str {
+    match st {
+        ConnState::Connecting => "connecting",
+        ConnState::AddrResolved => "addr_resolved",
+        ConnState::RouteResolved => "route_resolved",
+        ConnState::Established => "established",
+        ConnState::Failed(..) => "failed",
+        ConnState::Disconnected => "disconnected",
+        ConnState::DeviceRemoved => "device_removed",
+        ConnState::Closing => "closing",
+        ConnState::Closed => "closed",
+    }
+}
+
 /// Writes the line of connection `n`.
 fn conn_line(w: &mut dyn core::fmt::Write, n: usize, conn: &dyn ConnView) -> core::fmt::Result {
     let c = conn.counters();
     let st = conn.state();
-    write!(w, "conn{} state {}", n, st.name())?;
+    write!(w, "conn{} state {}", n, conn_state_name(st))?;
     let mut buf = [0u8; 64];
     if let Some(peer) = conn.peer(&mut buf) {
         write!(w, " peer {}", peer)?;

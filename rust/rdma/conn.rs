@@ -182,23 +182,6 @@ pub(crate) enum ConnState {
     Closed,
 }
 
-impl ConnState {
-    /// The state's name, as configfs shows it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Connecting => "connecting",
-            Self::AddrResolved => "addr_resolved",
-            Self::RouteResolved => "route_resolved",
-            Self::Established => "established",
-            Self::Failed(..) => "failed",
-            Self::Disconnected => "disconnected",
-            Self::DeviceRemoved => "device_removed",
-            Self::Closing => "closing",
-            Self::Closed => "closed",
-        }
-    }
-}
-
 /// State of a connection protected by [`Conn::inner`].
 struct ConnInner<H: ConnHandler> {
     /// The connection's reference on itself, from creation until [`Conn::close`]:
