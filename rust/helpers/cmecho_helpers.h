@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * C helpers of cmecho: the RDMA CM and verbs entry points the Rust side cannot
- * call directly (macros, static inlines, structs without Rust bindings). Every
- * function here is declared once in this header and once, by hand, in
- * rust/rdma/ffi.rs. Only scalars and opaque pointers cross the boundary.
+ * call directly (macros, static inlines, structs without Rust bindings). Only
+ * scalars and opaque pointers cross the boundary.
+ *
+ * This header is the only declaration of the helpers: the build runs bindgen over
+ * it (Kbuild) and rust/rdma/ffi.rs includes the result, so the Rust callers see
+ * every prototype and enum value as it is here, and a change they no longer fit
+ * fails the build (as does a CMECHO_TAG_REG other than rust/rdma/verbs.rs's
+ * TAG_REG). Only cmecho_* and CMECHO_* names are taken. The one function Rust
+ * implements, cmecho_rs_cm_event, is left out: its Rust definition must match
+ * the prototype below by hand.
  */
 #ifndef CMECHO_HELPERS_H
 #define CMECHO_HELPERS_H

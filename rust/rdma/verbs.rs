@@ -131,7 +131,7 @@ impl<C: Completion> ResPtr<C> {
         let res = unsafe {
             ffi::cmecho_res_create(
                 id.as_ptr(),
-                complete::<C>,
+                Some(complete::<C>),
                 raw,
                 cfg.ntags,
                 cfg.nbufs,
