@@ -9,8 +9,8 @@
  * every prototype and enum value as it is here, and a change they no longer fit
  * fails the build (as does a CMECHO_TAG_REG other than rust/rdma/verbs.rs's
  * TAG_REG). Only cmecho_* and CMECHO_* names are taken. The one function Rust
- * implements, cmecho_rs_cm_event, is left out: its Rust definition must match
- * the prototype below by hand.
+ * implements, cmecho_rs_cm_event, is checked the other way: rust/rdma/id.rs
+ * fails to build if its definition does not have the prototype below.
  */
 #ifndef CMECHO_HELPERS_H
 #define CMECHO_HELPERS_H

@@ -17,8 +17,8 @@
 //! Two things stay by hand, and the build checks both: the enum constants are
 //! re-typed for their users (the build fails if a value does not fit), and
 //! `verbs::TAG_REG` must equal `CMECHO_TAG_REG`. The function Rust implements for
-//! the C side, `cmecho_rs_cm_event`, is left out: its definition must match the
-//! header by hand.
+//! the C side, `cmecho_rs_cm_event`, is declared here too: `id.rs` checks that its
+//! definition has the declared type.
 
 use kernel::ffi::c_int;
 

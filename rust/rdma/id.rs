@@ -191,3 +191,11 @@ unsafe extern "C" fn cmecho_rs_cm_event(
     }
     0
 }
+
+/// The C side's type of [`cmecho_rs_cm_event`].
+type CmEventFn =
+    unsafe extern "C" fn(*mut c_void, *mut ffi::RdmaCmId, *mut ffi::RdmaCmEvent) -> c_int;
+
+// The definition above and the header's prototype (as bindgen declares it) both
+// have this type, or the build fails: the C caller and Rust agree.
+const _: [CmEventFn; 2] = [cmecho_rs_cm_event, ffi::cmecho_rs_cm_event];
