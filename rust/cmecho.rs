@@ -5,6 +5,7 @@
 //! The crate root is a list of modules: `rdma` is the only one that holds `unsafe`.
 
 mod configfs;
+mod debugfs;
 mod echo;
 mod rdma;
 

@@ -183,8 +183,12 @@ fn conn_state_name(st: ConnState) -> &'static str {
     }
 }
 
-/// Writes the line of connection `n`.
-fn conn_line(w: &mut dyn core::fmt::Write, n: usize, conn: &dyn ConnView) -> core::fmt::Result {
+/// Writes the line of connection `n` (also debugfs's `connections`).
+pub(crate) fn conn_line(
+    w: &mut dyn core::fmt::Write,
+    n: usize,
+    conn: &dyn ConnView,
+) -> core::fmt::Result {
     let c = conn.counters();
     let st = conn.state();
     write!(w, "conn{} state {}", n, conn_state_name(st))?;

@@ -15,6 +15,8 @@
 
 mod format;
 
+pub(crate) use format::conn_line;
+
 use crate::echo::native::MAX_DEPTH;
 use crate::echo::rping::MAX_SIZE;
 use crate::echo::{Addr, Endpoint, Mode, Role, MAX_CLIENTS, MAX_COUNT};
@@ -43,12 +45,21 @@ pub(crate) fn subsystem() -> impl PinInit<configfs::Subsystem<Root>, Error> {
             version: 0,
         ],
     };
-    configfs::Subsystem::new(c"cmecho", item_type, try_pin_init!(Root {}))
+    configfs::Subsystem::new(
+        c"cmecho",
+        item_type,
+        try_pin_init!(Root {
+            debugfs: crate::debugfs::Root::new(),
+        }),
+    )
 }
 
 /// The data of the subsystem's root directory.
 #[pin_data]
-pub(crate) struct Root {}
+pub(crate) struct Root {
+    /// `/sys/kernel/debug/cmecho`, where each endpoint lists its connections.
+    debugfs: crate::debugfs::Root,
+}
 
 #[vtable]
 impl configfs::AttributeOperations<0> for Root {
@@ -107,7 +118,7 @@ impl configfs::GroupOperations for Root {
         Ok(configfs::Group::new(
             name.try_into()?,
             item_type,
-            Endpoint::new(name)?,
+            Endpoint::new(name, &self.debugfs)?,
         ))
     }
 }

@@ -196,6 +196,8 @@ pub(crate) struct Shared {
 /// while holding it is fine.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Endpoint {
+    /// Its debugfs files; removed first.
+    _debugfs: crate::debugfs::EndpointFiles,
     shared: Arc<Shared>,
     /// Serializes enable, disable and removal: each runs to its end before the
     /// next starts, so two enables cannot both start a listener.
@@ -204,8 +206,12 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Creates an endpoint named `name` in the network namespace of the caller.
-    pub(crate) fn new(name: &CStr) -> Result<impl PinInit<Self, Error>> {
+    /// Creates an endpoint named `name` in the network namespace of the caller,
+    /// with its debugfs files under `debugfs`.
+    pub(crate) fn new(
+        name: &CStr,
+        debugfs: &crate::debugfs::Root,
+    ) -> Result<impl PinInit<Self, Error>> {
         let shared = Arc::pin_init(
             try_pin_init!(Shared {
                 name: CString::try_from(name)?,
@@ -227,7 +233,9 @@ impl Endpoint {
             }),
             GFP_KERNEL,
         )?;
+        let debugfs = debugfs.endpoint(name, shared.clone())?;
         Ok(try_pin_init!(Self {
+            _debugfs: debugfs,
             shared,
             ctl <- new_mutex!((), "cmecho_ep_ctl"),
         }))
@@ -459,15 +467,7 @@ impl Endpoint {
     /// The endpoint's connections, copied so that they are shown without the lock
     /// (as many as there is memory for).
     pub(crate) fn connections(&self) -> KVec<Arc<dyn ConnView>> {
-        let g = self.shared.inner.lock();
-        let mut v = KVec::new();
-        for c in g.run.conns.iter() {
-            if v.push(c.clone() as Arc<dyn ConnView>, GFP_KERNEL).is_err() {
-                break;
-            }
-        }
-        drop(g);
-        v
+        self.shared.connections()
     }
 
     /// Runs `f` on `last_error`, under the lock.
@@ -490,6 +490,20 @@ impl PinnedDrop for Endpoint {
 }
 
 impl Shared {
+    /// The endpoint's connections, copied so that they are shown without the lock
+    /// (as many as there is memory for).
+    pub(crate) fn connections(&self) -> KVec<Arc<dyn ConnView>> {
+        let g = self.inner.lock();
+        let mut v = KVec::new();
+        for c in g.run.conns.iter() {
+            if v.push(c.clone() as Arc<dyn ConnView>, GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+        drop(g);
+        v
+    }
+
     /// The endpoint's name, for messages.
     fn name(&self) -> &str {
         self.name.to_str().unwrap_or("?")

@@ -32,9 +32,9 @@ mod server;
 mod stats;
 
 pub(crate) use config::{Addr, Config, Mode, Role, MAX_CLIENTS, MAX_COUNT};
-pub(crate) use endpoint::{ConnView, Endpoint, State};
+pub(crate) use endpoint::{ConnView, Endpoint, Shared, State};
 pub(crate) use stats::{percentile, StatsReading};
 
 // What the protocols' modules (client, server, native) use as `super::`.
-use endpoint::{spawn_connect, EchoConn, ErrName, Shared};
+use endpoint::{spawn_connect, EchoConn, ErrName};
 use stats::ConnCounters;

@@ -71,13 +71,18 @@ ktap_check "attribute writes racing enables: the port read back is the one liste
 	test $ok = 1
 
 # Clients removed while connecting or running, 4 connections each, while a
-# reader lists the server's and the client's connections every 50 ms.
+# reader lists the server's and the client's connections every 50 ms, in
+# configfs and in debugfs.
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+DFS=/sys/kernel/debug/cmecho
 endpoint $NS_A srv role=server addr=$ADDR_A port=7410 enable=1
 reader() {
 	local x
 	while [ -e $CFS/srv ]; do
 		read -r -d '' x <$CFS/srv/connections
 		read -r -d '' x <$CFS/c/connections
+		read -r -d '' x <$DFS/srv/connections
+		read -r -d '' x <$DFS/c/connections
 		nap 0.05
 	done 2>/dev/null
 }
@@ -90,7 +95,18 @@ for ((i = 0; i < 10; i++)); do
 	rmdir $CFS/c
 done
 ktap_print_msg "srv: $(grep -E '^(connections|active|errors) ' $CFS/srv/stats | tr '\n' ' ')"
-ktap_check "10 clients removed while connecting or running: all gone" test ! -e $CFS/c
+# A client's debugfs directory goes when the client is released: at once, or
+# when the reader closes an attribute file of it that it still has open.
+dfs_gone() {
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[ ! -e $DFS/c ] && return 0
+		nap 0.1
+	done
+	return 1
+}
+ktap_check "10 clients removed while connecting or running: all gone, from debugfs too" \
+	eval 'test ! -e $CFS/c -a -e $DFS/srv/connections && dfs_gone'
 echo 0 >$CFS/srv/enable
 rmdir $CFS/srv
 wait $pr

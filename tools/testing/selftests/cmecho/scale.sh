@@ -2,12 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 # 64 concurrent client connections against one server: all up at once (clients
 # with a count they cannot finish, stopped by enable=0), the server's
-# per-connection listing and cmecho's CM ids while they are up; then 64 x 20
-# messages, all verified.
+# per-connection listing (configfs, cut at a page, and debugfs, whole) and
+# cmecho's CM ids while they are up; then 64 x 20 messages, all verified.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 8
+ktap_set_plan 10
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -32,6 +32,15 @@ n_more=$(sed -n 's/^truncated \([0-9]*\) more$/\1/p' <<<"$listing")
 ktap_print_msg "server connections listing: $n_all lines, $n_up established with peer and QP, ${n_more:-0} more; first: $(head -1 <<<"$listing")"
 ktap_check "the server lists its 64 connections established, with peer address and QP number" \
 	test "$n_up" -ge 1 -a "$n_up" = "$n_all" -a $((n_all + ${n_more:-0})) = 64
+# The whole listing is in debugfs, the same lines with no page limit.
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+DFS=/sys/kernel/debug/cmecho
+dlisting=$(cat $DFS/srv/connections 2>&1)
+d_all=$(grep -c '^conn' <<<"$dlisting")
+d_up=$(grep -c "^conn[0-9]* state established peer $ADDR_B:[0-9]* qp_num [0-9]" <<<"$dlisting")
+ktap_print_msg "debugfs listing: $d_all lines, $d_up established with peer and QP; first: $(head -1 <<<"$dlisting")"
+ktap_check "debugfs lists all 64 of the server's connections, established, none cut" \
+	test "$d_up" = 64 -a "$d_all" = 64 -a "$(grep -c '^truncated' <<<"$dlisting")" = 0
 # 64 client ids, 64 accepted ids and the listener.
 ktap_check "rdma res show cm_id lists cmecho's ids while connections are up" cmecho_cm_ids_seen 129
 
@@ -65,6 +74,7 @@ ktap_check "the server accepted the 128 connections (64 + 64) and counted no err
 	test "$(ep_get srv stats connections)" -ge 128 -a "$(ep_get srv stats errors)" = 0
 unload_cmecho
 ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
+ktap_check "debugfs: nothing of cmecho left after rmmod" test ! -e $DFS
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
