@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * RDMA CM helpers for cmecho's Rust layer (rust/rdma/cm.rs).
+ * RDMA CM helpers for cmecho's Rust layer (rust/rdma/id.rs, conn.rs, listener.rs).
  *
  * rdma_create_id() is a macro that passes KBUILD_MODNAME, which only a C
  * translation unit of this module has; the structs the CM hands out (events,

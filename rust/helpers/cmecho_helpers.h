@@ -46,7 +46,7 @@ enum cmecho_rej {
 	CMECHO_REJ_VENDOR_OPTION = 1,
 };
 
-/* Implemented in Rust (rust/rdma/cm.rs): every CM event of every cmecho id. */
+/* Implemented in Rust (rust/rdma/id.rs): every CM event of every cmecho id. */
 int cmecho_rs_cm_event(void *ctx, struct rdma_cm_id *id, struct rdma_cm_event *event);
 
 /* cm.c */
