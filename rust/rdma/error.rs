@@ -51,3 +51,27 @@ pub(super) fn step_err(step: &'static str, err: Error) -> StepError {
         attempts: 1,
     }
 }
+
+#[kunit_tests(cmecho_step_error)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_returns_fail_the_step() {
+        assert!(to_step("rdma_listen", 0).is_ok());
+        assert!(to_step("rdma_listen", 1).is_ok());
+        let e = to_step("rdma_listen", EADDRINUSE.to_errno()).unwrap_err();
+        assert_eq!(e.step, "rdma_listen");
+        assert_eq!(e.err, EADDRINUSE);
+        assert_eq!(e.status, None);
+        assert_eq!(e.attempts, 1);
+        assert_eq!(Error::from(e), EADDRINUSE);
+    }
+
+    #[test]
+    fn step_err_names_the_step() {
+        let e = step_err("rdma_connect", ETIMEDOUT);
+        assert_eq!((e.step, e.err, e.attempts), ("rdma_connect", ETIMEDOUT, 1));
+        assert!(e.reject_msg.is_none());
+    }
+}

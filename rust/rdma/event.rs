@@ -119,3 +119,82 @@ impl Event {
         }
     }
 }
+
+#[kernel::prelude::kunit_tests(cmecho_event)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_their_kinds() {
+        let all = [
+            (
+                ffi::CMECHO_EV_ADDR_RESOLVED,
+                EventKind::AddrResolved,
+                "ADDR_RESOLVED",
+            ),
+            (
+                ffi::CMECHO_EV_ADDR_ERROR,
+                EventKind::AddrError,
+                "ADDR_ERROR",
+            ),
+            (
+                ffi::CMECHO_EV_ROUTE_RESOLVED,
+                EventKind::RouteResolved,
+                "ROUTE_RESOLVED",
+            ),
+            (
+                ffi::CMECHO_EV_ROUTE_ERROR,
+                EventKind::RouteError,
+                "ROUTE_ERROR",
+            ),
+            (
+                ffi::CMECHO_EV_CONNECT_REQUEST,
+                EventKind::ConnectRequest,
+                "CONNECT_REQUEST",
+            ),
+            (
+                ffi::CMECHO_EV_CONNECT_ERROR,
+                EventKind::ConnectError,
+                "CONNECT_ERROR",
+            ),
+            (
+                ffi::CMECHO_EV_UNREACHABLE,
+                EventKind::Unreachable,
+                "UNREACHABLE",
+            ),
+            (ffi::CMECHO_EV_REJECTED, EventKind::Rejected, "REJECTED"),
+            (
+                ffi::CMECHO_EV_ESTABLISHED,
+                EventKind::Established,
+                "ESTABLISHED",
+            ),
+            (
+                ffi::CMECHO_EV_DISCONNECTED,
+                EventKind::Disconnected,
+                "DISCONNECTED",
+            ),
+            (
+                ffi::CMECHO_EV_DEVICE_REMOVAL,
+                EventKind::DeviceRemoval,
+                "DEVICE_REMOVAL",
+            ),
+            (
+                ffi::CMECHO_EV_TIMEWAIT_EXIT,
+                EventKind::TimewaitExit,
+                "TIMEWAIT_EXIT",
+            ),
+        ];
+        for (code, kind, name) in all {
+            assert_eq!(EventKind::from_code(code), kind);
+            assert_eq!(kind.name(), name);
+        }
+    }
+
+    #[test]
+    fn other_codes_are_other() {
+        for code in [0, -1, 13, c_int::MAX] {
+            assert_eq!(EventKind::from_code(code), EventKind::Other);
+        }
+        assert_eq!(EventKind::Other.name(), "OTHER");
+    }
+}

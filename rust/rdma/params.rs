@@ -219,6 +219,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn conn_params_default() {
+        let p = ConnParams::default();
+        assert!(p.ack_timeout.is_none() && p.min_rnr_timer.is_none() && p.tos.is_none());
+        assert!(p.ece.is_none());
+        assert!(p.retry_count.is_infinite() && p.rnr_retry_count.is_infinite());
+        assert_eq!((p.initiator_depth, p.responder_resources), (1, 1));
+        assert_eq!(p.resolve_timeout_ms, RESOLVE_TIMEOUT_MS);
+        assert_eq!(p.resolve_retries, RESOLVE_RETRIES);
+        assert_eq!(p.connect_timeout_ms, CONNECT_TIMEOUT_MS);
+    }
+
+    #[test]
     fn ack_timeout_range() {
         assert!(AckTimeout::new(0).is_ok());
         assert!(AckTimeout::new(31).is_ok());

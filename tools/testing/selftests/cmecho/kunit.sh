@@ -1,11 +1,12 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# cmecho's KUnit suites (value types, rping wire format) run at module load.
+# cmecho's KUnit suites (value types, CM event decoding, setup errors, rping wire
+# format, native echo, stats) run at module load.
 . "$(dirname "$0")/lib.sh"
 
-SUITES="cmecho_params cmecho_rping cmecho_native cmecho_stats"
+SUITES="cmecho_params cmecho_event cmecho_step_error cmecho_rping cmecho_native cmecho_stats"
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 7
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 load_cmecho
