@@ -8,53 +8,45 @@
 //! file is made with the endpoint (`mkdir`) and removed with it. It is a
 //! debugging aid, not an ABI; scripts that need one value read configfs.
 //!
-//! Nothing here fails an endpoint: without debugfs, or when a directory cannot
-//! be made, the endpoint simply has no file. One case leaves no file: an
-//! endpoint made while one of the same name is still being released (its
-//! `rmdir` returned, but a process still holds one of its attribute files open).
+//! Without debugfs, or when a directory cannot be made, an endpoint simply has
+//! no file; only `ENOMEM` for the file's handles fails the `mkdir`. The files
+//! are `crate::rdma::debugfs`'s, whose open files keep the module loaded.
 
 use crate::echo::Shared;
-use kernel::debugfs::{Dir, File};
-use kernel::fmt;
+use crate::rdma::debugfs::{Dir, File, Show};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// `/sys/kernel/debug/cmecho`, removed when dropped.
-pub(crate) struct Root(Dir);
+/// `/sys/kernel/debug/cmecho`, removed after the last endpoint's files.
+pub(crate) struct Root(Arc<Dir>);
 
 impl Root {
     /// Makes the directory.
-    pub(crate) fn new() -> Self {
-        Self(Dir::new(c"cmecho"))
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self(Dir::root(c"cmecho")?))
     }
 
     /// Makes `<name>/connections`, listing the connections of `shared`.
-    ///
-    /// `ENOMEM` when the file's handle cannot be allocated.
     pub(crate) fn endpoint(&self, name: &CStr, shared: Arc<Shared>) -> Result<EndpointFiles> {
-        let dir = self.0.subdir(name);
-        let connections = KBox::pin_init(
-            dir.read_callback_file(c"connections", Ok::<_, Error>(shared), &connections),
-            GFP_KERNEL,
-        )?;
+        let dir = self.0.subdir(name)?;
         Ok(EndpointFiles {
-            _connections: connections,
-            _dir: dir,
+            _connections: dir.file(c"connections", shared)?,
         })
     }
 }
 
-/// The files of one endpoint, removed when dropped (a read under way finishes
-/// first).
+/// The files of one endpoint, and its directory, removed when dropped (a read
+/// under way finishes first).
 pub(crate) struct EndpointFiles {
-    _connections: Pin<KBox<File<Arc<Shared>>>>,
-    _dir: Dir,
+    _connections: File,
 }
 
-/// Writes `connections`: every connection of the endpoint, one line each.
-fn connections(shared: &Arc<Shared>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    for (n, c) in shared.connections().iter().enumerate() {
-        crate::configfs::conn_line(f, n, &**c)?;
+impl Show for Shared {
+    /// `connections`: every connection of the endpoint, one line each.
+    fn show(&self, w: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        for (n, c) in self.connections().iter().enumerate() {
+            crate::configfs::conn_line(w, n, &**c)?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -8,6 +8,7 @@
 
 #include "../rust/helpers/cm.c"
 #include "../rust/helpers/verbs.c"
+#include "../rust/helpers/debugfs.c"
 #include "cmtime.h"
 
 static char addr[64] = "10.77.0.1";

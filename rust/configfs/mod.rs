@@ -49,7 +49,7 @@ pub(crate) fn subsystem() -> impl PinInit<configfs::Subsystem<Root>, Error> {
         c"cmecho",
         item_type,
         try_pin_init!(Root {
-            debugfs: crate::debugfs::Root::new(),
+            debugfs: crate::debugfs::Root::new()?,
         }),
     )
 }

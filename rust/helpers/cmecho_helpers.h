@@ -22,6 +22,8 @@ struct rdma_cm_id;
 struct rdma_cm_event;
 struct cmecho_res;
 struct workqueue_struct;
+struct dentry;
+struct seq_file;
 
 /* CM events as cmecho distinguishes them (mapped from enum rdma_cm_event_type). */
 enum cmecho_ev {
@@ -48,6 +50,15 @@ enum cmecho_rej {
 
 /* Implemented in Rust (rust/rdma/id.rs): every CM event of every cmecho id. */
 int cmecho_rs_cm_event(void *ctx, struct rdma_cm_id *id, struct rdma_cm_event *event);
+
+/* Implemented in Rust (rust/rdma/debugfs.rs): the text of a cmecho debugfs file. */
+int cmecho_rs_debugfs_show(void *ctx, struct seq_file *m);
+
+/* debugfs.c */
+struct dentry *cmecho_debugfs_dir(const char *name, struct dentry *parent);
+struct dentry *cmecho_debugfs_file(const char *name, struct dentry *parent, void *ctx);
+void cmecho_debugfs_remove(struct dentry *dentry);
+int cmecho_seq_write(struct seq_file *m, const char *s, size_t len);
 
 /* cm.c */
 int cmecho_probe_cm_id(u8 ack_timeout);

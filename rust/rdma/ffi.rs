@@ -45,6 +45,10 @@ opaque! {
     RdmaCmEvent,
     /// `struct cmecho_res` of `rust/helpers/verbs.c`.
     Res,
+    /// `struct dentry`.
+    Dentry,
+    /// `struct seq_file`.
+    SeqFile,
 }
 
 /// What bindgen makes of `rust/helpers/cmecho_helpers.h`, with the opaque types
@@ -57,7 +61,8 @@ opaque! {
 )]
 mod generated {
     use super::{
-        Net as net, RdmaCmEvent as rdma_cm_event, RdmaCmId as rdma_cm_id, Res as cmecho_res,
+        Dentry as dentry, Net as net, RdmaCmEvent as rdma_cm_event, RdmaCmId as rdma_cm_id,
+        Res as cmecho_res, SeqFile as seq_file,
     };
     use kernel::bindings::workqueue_struct;
     use kernel::ffi;

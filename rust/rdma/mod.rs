@@ -19,6 +19,7 @@
 //! | [`cq`] | work completions, from the CQ to the connection |
 //! | [`verbs`] | the QP resources: PD, CQ, QP, MRs, buffers, posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
+//! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
 //! | `ffi` | the declarations of `rust/helpers/*.c` |
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
@@ -55,6 +56,11 @@
 mod conn;
 mod context;
 mod cq;
+#[allow(
+    dead_code,
+    reason = "cmecho.ko's listings; the samples that build this layer show none"
+)]
+pub(crate) mod debugfs;
 mod error;
 mod event;
 mod ffi;

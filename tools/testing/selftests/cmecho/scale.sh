@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 11
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -72,6 +72,21 @@ ep_diag srv
 # TCG: 129, with no error on either side and no id left).
 ktap_check "the server accepted the 128 connections (64 + 64) and counted no error" \
 	test "$(ep_get srv stats connections)" -ge 128 -a "$(ep_get srv stats errors)" = 0
+# An open debugfs file keeps the module loaded: rmmod fails until it is closed,
+# and a read of it once its endpoint is gone fails cleanly (EIO).
+mkdir $CFS/pin
+exec {pfd}<$DFS/pin/connections
+rmdir $CFS/pin
+stale=$(cat <&$pfd 2>&1)
+for d in "$CFS"/*/; do
+	[ -d "$d" ] && rmdir "$d"
+done
+rmmod cmecho 2>/dev/null
+pinned=$?
+exec {pfd}<&-
+ktap_print_msg "read after rmdir: ${stale:-(nothing)}; rmmod with the file open: exit $pinned"
+ktap_check "an open debugfs file keeps cmecho loaded; closing it after its endpoint went is clean" \
+	test $pinned -ne 0
 unload_cmecho
 ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 ktap_check "debugfs: nothing of cmecho left after rmmod" test ! -e $DFS
