@@ -102,6 +102,9 @@ impl<H: EchoConn> ConnView for Conn<H> {
 /// A connection an endpoint keeps, whatever its handler type.
 trait EpConn: ConnView {
     fn close_and_wait(&self);
+    /// The same connection, seen only as a [`ConnView`] (no trait upcasting:
+    /// it needs a newer compiler than the kernel's minimum).
+    fn as_view(self: Arc<Self>) -> Arc<dyn ConnView>;
 }
 
 impl<H: EchoConn> EpConn for Conn<H> {
@@ -109,6 +112,10 @@ impl<H: EchoConn> EpConn for Conn<H> {
         // Only fails inside a callback of the rdma layer or a `with_res`
         // closure; endpoints call this from process context.
         let _ = Conn::close_and_wait(self);
+    }
+
+    fn as_view(self: Arc<Self>) -> Arc<dyn ConnView> {
+        self
     }
 }
 
@@ -496,7 +503,7 @@ impl Shared {
         let g = self.inner.lock();
         let mut v = KVec::new();
         for c in g.run.conns.iter() {
-            if v.push(c.clone() as Arc<dyn ConnView>, GFP_KERNEL).is_err() {
+            if v.push(c.clone().as_view(), GFP_KERNEL).is_err() {
                 break;
             }
         }
