@@ -25,13 +25,14 @@
 //! | setting up | any other `*_ERROR`, `UNREACHABLE`, `REJECTED` | `Failed` | [`Conn::connect`] fails and closes; else the connection closes itself | the close |
 //! | `Established` | `*_ERROR`, `DISCONNECTED` | `Failed`, `Disconnected` | [`ConnHandler::ended`] once, with [`EndReason::Disconnected`]; the ULP closes | the close |
 //! | setting up | `DISCONNECTED` | `Disconnected` | closes itself unless `connecting` | the close |
-//! | not closing, `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` | [`Conn::connect`] or the accept fails and releases | [`Conn::connect`]; the CM, for an accept |
-//! | not closing, not `connecting`, id held | `DEVICE_REMOVAL` | `DeviceRemoved` | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established | the CM, when the handler returns |
-//! | closing, id taken by the close | `DEVICE_REMOVAL` | unchanged | nothing: `rdma_destroy_id` waits for this handler | the close |
+//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases | [`Conn::connect`]; the CM, for an accept |
+//! | not `connecting`, id still held (also `Closing` with the release queued) | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established; the release finds nothing left | the CM, when the handler returns |
+//! | id taken by the release | `DEVICE_REMOVAL` | unchanged | nothing: `rdma_destroy_id` waits for this handler | the release |
 //! | any but `Closing`, `Closed` | [`Conn::close`] | `Closing` | the release is queued on the module's workqueue | the close |
 //! | any, `connecting` | the release | `Closing` (or stays `DeviceRemoved`) | [`Conn::connect`] or the accept sees it and releases when it returns | [`Conn::connect`]; the CM, for an accept |
 //! | any, not `connecting` | the release | `Closing`, then `Closed` | disconnect, QP resources, id, sink, `me`, in that order | the release |
-//! | `Closing` or `Closed` | any event | unchanged | events no longer change the state | - |
+//! | `Closing` or `Closed` | `ESTABLISHED` | unchanged | [`ConnHandler::established`] is still called, and [`Conn::connect`] succeeds | - |
+//! | `Closing` or `Closed` | any other event but `DEVICE_REMOVAL` | unchanged | nothing | - |
 //!
 //! "Setting up" is `Connecting`, `AddrResolved` or `RouteResolved`; "the
 //! release" is `close_now`, run by [`Conn::close`]'s work item,

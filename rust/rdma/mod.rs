@@ -37,7 +37,7 @@
 //! This layer makes the right order the only one a caller can write:
 //!
 //! - Every knob travels in one [`ConnParams`] value, handed once to
-//!   [`Conn::connect`] (active side) or [`Listener::listen`] (passive side).
+//!   [`Conn::new_active`] (active side) or [`Listener::listen`] (passive side).
 //! - No type here exposes the CM id or a setter: after `connect` or `listen`
 //!   returns there is no way left to change a parameter.
 //! - [`Conn::connect`] applies the ack timeout, min RNR timer and type of service
@@ -51,7 +51,9 @@
 //! The layer also keeps the CM's other rules: ids are never destroyed from their
 //! own event handler ([`Conn::close`] defers to the module's workqueue), and on
 //! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
-//! to the CM for destruction, so removing a device never waits on cmecho.
+//! to the CM for destruction, so removing a device does not wait for the ULP to
+//! close its connections. It waits only for a [`Conn::connect`] under way on
+//! the device (and its [`ConnHandler::before_step`] hook) to return.
 
 mod conn;
 mod context;
