@@ -19,8 +19,8 @@ pub(crate) struct Stats {
     pub(crate) errors: u64,
     /// Connections established.
     pub(crate) connections: u64,
-    /// Connect requests rejected (servers: by `max_conns` or `ece_policy`;
-    /// clients: by the peer).
+    /// Connect requests rejected (servers: by `max_conns`, `mem_budget_kib` or
+    /// `ece_policy`; clients: by the peer).
     pub(crate) rejected: u64,
     /// Payload bytes echoed.
     pub(crate) bytes: u64,
