@@ -15,7 +15,7 @@ net_setup || ktap_print_msg "network setup failed"
 
 # run SERVER_T CLIENT_T: one cmecho client connection against a cmecho server.
 run() {
-	for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
+	rmdir_endpoints
 	endpoint $NS_A srv role=server addr=$ADDR_A ack_timeout=$1 enable=1 &&
 		endpoint $NS_B cli role=client addr=$ADDR_A ack_timeout=$2 count=5 enable=1 &&
 		wait_done cli 60
@@ -48,7 +48,7 @@ cut_run() {
 pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
 uncut() { tc -n $NS_B qdisc change dev vb root netem loss 0%; }
 
-for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
+rmdir_endpoints
 # The qdisc is in place, losing nothing, before any client starts: the cut
 # changes its loss. Adding a qdisc while rxe transmits fails the QP at once
 # (its SEND flushed, no retry), which is not the fault measured here.

@@ -73,8 +73,7 @@ ktap_check "attribute writes racing enables: the port read back is the one liste
 # Clients removed while connecting or running, 4 connections each, while a
 # reader lists the server's and the client's connections every 50 ms, in
 # configfs and in debugfs.
-mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-DFS=/sys/kernel/debug/cmecho
+debugfs_on
 endpoint $NS_A srv role=server addr=$ADDR_A port=7410 enable=1
 reader() {
 	local x

@@ -12,7 +12,7 @@ load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 reset() {
-	for d in "$CFS"/*/; do [ -d "$d" ] && rmdir "$d"; done
+	rmdir_endpoints
 }
 
 # Knobs: the client sets retry 5, RNR retry 3, min RNR timer 12, ToS 32, ack

@@ -8,7 +8,7 @@ SUITES="cmecho_params cmecho_event cmecho_step_error cmecho_rping cmecho_native 
 ktap_print_header
 ktap_set_plan 7
 dmesg_mark
-mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+debugfs_on
 load_cmecho
 # A suite passes when it reported ok, no case failed, and none was skipped: a
 # suite whose every case skipped would otherwise read "ok".

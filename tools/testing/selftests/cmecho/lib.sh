@@ -21,6 +21,9 @@ MISUSE_KO=${MISUSE_KO:-${CMECHO_KO%/*}/cmecho_misuse.ko}
 SLOW_LOCK_KO=${SLOW_LOCK_KO:-${CMECHO_KO%/*}/cmecho_slow_lock.ko}
 FAIL_CALL_KO=${FAIL_CALL_KO:-${CMECHO_KO%/*}/cmecho_fail_call.ko}
 CFS=/sys/kernel/config/cmecho
+# cmecho's debugfs directory (the whole connection listings); debugfs_on mounts
+# debugfs first.
+DFS=/sys/kernel/debug/cmecho
 
 # Namespace and rxe link names carry this program's pid: both are global. With
 # CMECHO_NET_KEEP=1 (run_tests.sh sets it) the programs of a run share one
@@ -396,12 +399,23 @@ load_cmecho() {
 	module_loaded cmecho || insmod "$CMECHO_KO"
 }
 
-# Removes every endpoint, then the module.
-unload_cmecho() {
+# Removes every endpoint.
+rmdir_endpoints() {
+	local d
 	for d in "$CFS"/*/; do
 		[ -d "$d" ] && rmdir "$d"
 	done
+}
+
+# Removes every endpoint, then the module.
+unload_cmecho() {
+	rmdir_endpoints
 	rmmod cmecho
+}
+
+# Mounts debugfs where it is not mounted yet (KUnit results, $DFS).
+debugfs_on() {
+	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 }
 
 # Leaves nothing behind for the next program, however this one ended: every
@@ -410,12 +424,9 @@ unload_cmecho() {
 # teardown that blocks in the kernel is ended by the hung-task detector (it
 # panics the guest).
 cmecho_cleanup() {
-	local d
 	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
 	fail_call_off
-	for d in "$CFS"/*/; do
-		[ -d "$d" ] && rmdir "$d" 2>/dev/null
-	done
+	rmdir_endpoints 2>/dev/null
 	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
 	module_loaded cmecho_misuse && rmmod cmecho_misuse
 	module_loaded cmecho && rmmod cmecho

@@ -33,8 +33,7 @@ ktap_print_msg "server connections listing: $n_all lines, $n_up established with
 ktap_check "the server lists its 64 connections established, with peer address and QP number" \
 	test "$n_up" -ge 1 -a "$n_up" = "$n_all" -a $((n_all + ${n_more:-0})) = 64
 # The whole listing is in debugfs, the same lines with no page limit.
-mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-DFS=/sys/kernel/debug/cmecho
+debugfs_on
 dlisting=$(cat $DFS/srv/connections 2>&1)
 d_all=$(grep -c '^conn' <<<"$dlisting")
 d_up=$(grep -c "^conn[0-9]* state established peer $ADDR_B:[0-9]* qp_num [0-9]" <<<"$dlisting")
@@ -78,9 +77,7 @@ mkdir $CFS/pin
 exec {pfd}<$DFS/pin/connections
 rmdir $CFS/pin
 stale=$(cat <&$pfd 2>&1)
-for d in "$CFS"/*/; do
-	[ -d "$d" ] && rmdir "$d"
-done
+rmdir_endpoints
 rmmod cmecho 2>/dev/null
 pinned=$?
 exec {pfd}<&-
