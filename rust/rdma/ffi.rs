@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Declarations of cmecho's own C helpers (`rust/helpers/*.c`).
+//! Declarations of cmecho's own C helpers (`rust/helpers/*.c`) and of the parts of
+//! the kernel's RDMA API the layer calls directly.
 //!
-//! None is written by hand: the build runs bindgen over the helpers' header,
-//! `rust/helpers/cmecho_helpers.h`, into `rust/rdma/ffi_generated.rs` (`Kbuild`),
+//! None is written by hand: the build runs bindgen over the helpers' header and
+//! the kernel's RDMA headers (`rust/helpers/cmecho_bindgen.h`) into
+//! `rust/rdma/ffi_generated.rs` (`Kbuild`, which names every kernel item taken),
 //! and this module includes and re-exports the result. A prototype, an enum value
 //! or the `cmecho_completion_fn` type that changes in the header thus changes here
 //! too, and a caller that no longer fits fails to compile. Items keep their C
 //! names and types: `u8` is `u8`, `int` is `c_int`, and `cmecho_completion_fn` is
 //! an `Option` of a function, as a C function pointer may be null.
 //!
-//! Foreign structs never get a Rust layout: the generated declarations use the
-//! opaque types below, only ever behind pointers, for the structs the header only
-//! declares (and `bindings::workqueue_struct` for the kernel's workqueue).
+//! Foreign structs the layer only points to get no Rust layout: the generated
+//! declarations use the opaque types below for them (and
+//! `bindings::workqueue_struct` for the kernel's workqueue).
 //!
 //! Two things stay by hand, and the build checks both: the enum constants are
 //! re-typed for their users (the build fails if a value does not fit), and
@@ -49,6 +51,12 @@ opaque! {
     Dentry,
     /// `struct seq_file`.
     SeqFile,
+    /// `struct ib_cq`.
+    IbCq,
+    /// `struct ib_wc`.
+    IbWc,
+    /// `struct ib_qp`.
+    IbQp,
 }
 
 /// What bindgen makes of `rust/helpers/cmecho_helpers.h`, with the opaque types
@@ -61,8 +69,9 @@ opaque! {
 )]
 mod generated {
     use super::{
-        Dentry as dentry, Net as net, RdmaCmEvent as rdma_cm_event, RdmaCmId as rdma_cm_id,
-        Res as cmecho_res, SeqFile as seq_file,
+        Dentry as dentry, IbCq as ib_cq, IbQp as ib_qp, IbWc as ib_wc, Net as net,
+        RdmaCmEvent as rdma_cm_event, RdmaCmId as rdma_cm_id, Res as cmecho_res,
+        SeqFile as seq_file,
     };
     use kernel::bindings::workqueue_struct;
     use kernel::ffi;
