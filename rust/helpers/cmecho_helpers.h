@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * C helpers of cmecho: the RDMA CM and verbs entry points the Rust side cannot
- * call directly (macros, static inlines, structs without Rust bindings). Only
- * scalars and opaque pointers cross the boundary.
+ * call directly (macros, static inlines, fields of structs without a Rust
+ * layout). Scalars and pointers cross the boundary; the one struct Rust lays out,
+ * struct ib_cqe, it takes from the kernel's header.
  *
  * This header is the only declaration of the helpers: the build runs bindgen over
  * it (Kbuild) and rust/rdma/ffi.rs includes the result, so the Rust callers see
  * every prototype and enum value as it is here, and a change they no longer fit
- * fails the build (as does a CMECHO_TAG_REG other than rust/rdma/verbs.rs's
- * TAG_REG). Only cmecho_* and CMECHO_* names are taken. The one function Rust
+ * fails the build. Of this header only cmecho_* and CMECHO_* names are taken
+ * (rust/helpers/cmecho_bindgen.h adds the kernel's). The one function Rust
  * implements, cmecho_rs_cm_event, is checked the other way: rust/rdma/id.rs
  * fails to build if its definition does not have the prototype below.
  */
@@ -20,7 +21,13 @@
 struct net;
 struct rdma_cm_id;
 struct rdma_cm_event;
-struct cmecho_res;
+struct ib_device;
+struct ib_pd;
+struct ib_cq;
+struct ib_qp;
+struct ib_mr;
+struct ib_wc;
+struct ib_cqe;
 struct workqueue_struct;
 struct dentry;
 struct seq_file;
@@ -98,27 +105,26 @@ int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);
 
 /* verbs.c */
-/* The tag of a failed memory registration (cmecho_res_buf_reg). */
-#define CMECHO_TAG_REG 0xffffffffU
-typedef void (*cmecho_completion_fn)(void *ctx, u32 tag, int status, u32 byte_len);
-struct cmecho_res *cmecho_res_create(struct rdma_cm_id *id, cmecho_completion_fn done,
-				     void *ctx, u32 ntags, u32 nbufs, u32 max_send_wr,
-				     u32 max_recv_wr);
-void cmecho_res_destroy(struct cmecho_res *res);
-void *cmecho_res_ctx(struct cmecho_res *res);
-bool cmecho_wc_is_flush(int status);
-const char *cmecho_wc_status_str(int status);
-const char *cmecho_qp_state_str(u8 state);
-int cmecho_res_query_qp(struct cmecho_res *res, u32 *qp_num, u8 *state, u8 *timeout,
-			u8 *retry_cnt, u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
-int cmecho_res_buf_alloc(struct cmecho_res *res, u32 idx, u32 len, bool remote);
-u8 *cmecho_res_buf_cpu(struct cmecho_res *res, u32 idx, u32 *len);
-void cmecho_res_buf_sync(struct cmecho_res *res, u32 idx, bool for_cpu);
-int cmecho_res_buf_reg(struct cmecho_res *res, u32 idx, bool remote_write, u32 *rkey,
-		       u64 *addr);
-int cmecho_post_recv(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len);
-int cmecho_post_send(struct cmecho_res *res, u32 tag, u32 idx, u32 off, u32 len);
-int cmecho_post_rdma(struct cmecho_res *res, u32 tag, bool write, u32 idx, u32 off,
-		     u32 len, u64 raddr, u32 rkey);
+struct ib_device *cmecho_cm_device(struct rdma_cm_id *id);
+struct ib_qp *cmecho_cm_qp(struct rdma_cm_id *id);
+struct ib_pd *cmecho_pd_alloc(struct ib_device *dev);
+void cmecho_pd_free(struct ib_pd *pd);
+u32 cmecho_pd_lkey(const struct ib_pd *pd);
+struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe);
+struct ib_cqe *cmecho_wc_cqe(const struct ib_wc *wc);
+int cmecho_wc_status(const struct ib_wc *wc);
+u32 cmecho_wc_byte_len(const struct ib_wc *wc);
+int cmecho_qp_query(struct ib_qp *qp, u32 *qp_num, u8 *state, u8 *timeout, u8 *retry_cnt,
+		    u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
+int cmecho_dma_map(struct ib_device *dev, void *cpu, u32 len, u64 *dma);
+void cmecho_dma_unmap(struct ib_device *dev, u64 dma, u32 len);
+void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);
+int cmecho_mr_free(struct ib_mr *mr);
+int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, bool remote_write,
+		    struct ib_cqe *cqe, u32 *rkey, u64 *addr);
+int cmecho_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey);
+int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey);
+int cmecho_post_rdma(struct ib_qp *qp, struct ib_cqe *cqe, bool write, u64 addr, u32 len,
+		     u32 lkey, u64 raddr, u32 rkey);
 
 #endif /* CMECHO_HELPERS_H */

@@ -3,11 +3,12 @@
 //! Work completions: how a CQ's completions reach the connection that posted
 //! the work requests.
 //!
-//! Each QP's CQ (`rust/helpers/verbs.c`) calls [`complete`] with the context
-//! its [`ResPtr`] was created with, once per completion, on the CQ's
-//! workqueue; [`complete`] hands it to the context's [`Completion`] with the
-//! tag the request was posted with. Only this module makes the [`FromCq`] proof
-//! that [`Completion::complete`] requires, so no other code can call it.
+//! Every work request a [`ResPtr`] posts carries one of its [`Cqe`]s, which
+//! names the tag the request was posted with and the [`Completion`] context of
+//! the resources. The CQ (polled on a workqueue) calls the `Cqe`'s
+//! `done` function, [`wc_done`], once per completion; it hands the tag and the
+//! outcome to the context. Only this module makes the [`FromCq`] proof that
+//! [`Completion::complete`] requires, so no other code can call it.
 //!
 //! [`ResPtr`]: super::verbs::ResPtr
 //!
@@ -15,7 +16,7 @@
 
 use super::ffi;
 use core::fmt;
-use kernel::ffi::{c_int, c_void};
+use kernel::ffi::c_void;
 use kernel::prelude::*;
 
 /// A failed work completion: the `ib_wc_status` value.
@@ -25,15 +26,17 @@ pub(crate) struct WcError(pub(crate) i32);
 impl WcError {
     /// `IB_WC_WR_FLUSH_ERR`: the QP was flushed (a teardown, not a fault).
     pub(crate) fn is_flush(self) -> bool {
-        // SAFETY: Pure function of an integer.
-        unsafe { ffi::cmecho_wc_is_flush(self.0) }
+        i64::from(self.0) == i64::from(ffi::IB_WC_WR_FLUSH_ERR)
     }
 }
 
 impl kernel::fmt::Display for WcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A status no enum value has prints as the kernel prints one
+        // (`ib_wc_status_msg` answers "unrecognized status" for it).
+        let st = u32::try_from(self.0).unwrap_or(u32::MAX);
         // SAFETY: `ib_wc_status_msg` returns a static string for any value.
-        let msg = unsafe { CStr::from_char_ptr(ffi::cmecho_wc_status_str(self.0)) };
+        let msg = unsafe { CStr::from_char_ptr(ffi::ib_wc_status_msg(st)) };
         write!(f, "{} ({})", msg.to_str().unwrap_or("?"), self.0)
     }
 }
@@ -49,25 +52,79 @@ pub(crate) trait Completion: Send + Sync + 'static {
     fn complete(&self, from: FromCq, tag: u32, status: Result<u32, WcError>);
 }
 
-/// The CQ callback of a [`ResPtr<C>`]: hands each completion to its `C`.
+/// What a work request carries to its completion: the kernel's `struct ib_cqe`
+/// (whose address the request holds), followed by the tag and the context.
+///
+/// # Invariants
+///
+/// `cqe.done` is [`wc_done::<C>`] for the `C` that `ctx` points to. The `Cqe`
+/// owns no reference on it: whoever made it keeps the `C` alive as long as a
+/// request carrying it may complete ([`Cqe::new`]). A `Cqe` with
+/// `signal_success` false reports failures only.
+#[repr(C)]
+pub(super) struct Cqe {
+    cqe: ffi::ib_cqe,
+    ctx: *const c_void,
+    tag: u32,
+    signal_success: bool,
+}
+
+impl Cqe {
+    /// A `Cqe` for `tag` whose completions go to `ctx`; with `signal_success`
+    /// false only failed completions do.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` must stay a valid `C` for as long as a work request carrying this
+    /// `Cqe` may complete.
+    pub(super) unsafe fn new<C: Completion>(ctx: *const C, tag: u32, signal_success: bool) -> Self {
+        // INVARIANT: `done` is `wc_done::<C>` and `ctx` a `C`.
+        Self {
+            cqe: ffi::ib_cqe {
+                done: Some(wc_done::<C>),
+            },
+            ctx: ctx.cast(),
+            tag,
+            signal_success,
+        }
+    }
+
+    /// The address a work request carries: that of the whole `Cqe`, whose first
+    /// field is the `ib_cqe`, so that [`wc_done`] may read the rest. The device
+    /// and the CQ only read it.
+    pub(super) fn as_ptr(&self) -> *mut ffi::ib_cqe {
+        core::ptr::from_ref(self).cast::<ffi::ib_cqe>().cast_mut()
+    }
+}
+
+/// The `done` function of every [`Cqe`] of a `ResPtr<C>`: hands the completion to
+/// its `C` with its tag.
 ///
 /// # Safety
 ///
-/// `ctx` must be the context of a live `ResPtr<C>`: a reference on an `Arc<C>`.
-pub(super) unsafe extern "C" fn complete<C: Completion>(
-    ctx: *mut c_void,
-    tag: u32,
-    status: c_int,
-    byte_len: u32,
-) {
-    // SAFETY: The caller guarantees that `ctx` is the `C` the resources hold a
-    // reference on; `cmecho_res_destroy` waits for this callback before that
-    // reference is dropped.
-    let c = unsafe { &*ctx.cast_const().cast::<C>() };
+/// `wc` must be a work completion of a request posted with a [`Cqe`] for `C`,
+/// and that `Cqe` and its context must still be live.
+unsafe extern "C" fn wc_done<C: Completion>(_cq: *mut ffi::IbCq, wc: *mut ffi::IbWc) {
+    // SAFETY: `wc` is a valid work completion by the caller's guarantee.
+    let (cqe, status, byte_len) = unsafe {
+        (
+            ffi::cmecho_wc_cqe(wc),
+            ffi::cmecho_wc_status(wc),
+            ffi::cmecho_wc_byte_len(wc),
+        )
+    };
+    // SAFETY: The request was posted with a `Cqe`, whose first field is the
+    // `ib_cqe` the completion names (`repr(C)`), and which is live.
+    let c = unsafe { &*cqe.cast_const().cast::<Cqe>() };
+    if status == 0 && !c.signal_success {
+        return;
+    }
+    // SAFETY: By the `Cqe` invariant and the caller's guarantee, `ctx` is a live `C`.
+    let ctx = unsafe { &*c.ctx.cast::<C>() };
     let st = if status == 0 {
         Ok(byte_len)
     } else {
         Err(WcError(status))
     };
-    c.complete(FromCq(()), tag, st);
+    ctx.complete(FromCq(()), c.tag, st);
 }

@@ -7,20 +7,19 @@
 //! the kernel's RDMA headers (`rust/helpers/cmecho_bindgen.h`) into
 //! `rust/rdma/ffi_generated.rs` (`Kbuild`, which names every kernel item taken),
 //! and this module includes and re-exports the result. A prototype, an enum value
-//! or the `cmecho_completion_fn` type that changes in the header thus changes here
-//! too, and a caller that no longer fits fails to compile. Items keep their C
-//! names and types: `u8` is `u8`, `int` is `c_int`, and `cmecho_completion_fn` is
-//! an `Option` of a function, as a C function pointer may be null.
+//! or a struct that changes in a header thus changes here too, and a caller that
+//! no longer fits fails to compile. Items keep their C names and types: `u8` is
+//! `u8`, `int` is `c_int`, and a C function pointer is an `Option` of a function,
+//! as it may be null.
 //!
 //! Foreign structs the layer only points to get no Rust layout: the generated
 //! declarations use the opaque types below for them (and
 //! `bindings::workqueue_struct` for the kernel's workqueue).
 //!
-//! Two things stay by hand, and the build checks both: the enum constants are
-//! re-typed for their users (the build fails if a value does not fit), and
-//! `verbs::TAG_REG` must equal `CMECHO_TAG_REG`. The function Rust implements for
-//! the C side, `cmecho_rs_cm_event`, is declared here too: `id.rs` checks that its
-//! definition has the declared type.
+//! One thing stays by hand, and the build checks it: the enum constants are
+//! re-typed for their users (the build fails if a value does not fit). The
+//! function Rust implements for the C side, `cmecho_rs_cm_event`, is declared
+//! here too: `id.rs` checks that its definition has the declared type.
 
 use kernel::ffi::c_int;
 
@@ -45,8 +44,6 @@ opaque! {
     RdmaCmId,
     /// `struct rdma_cm_event`.
     RdmaCmEvent,
-    /// `struct cmecho_res` of `rust/helpers/verbs.c`.
-    Res,
     /// `struct dentry`.
     Dentry,
     /// `struct seq_file`.
@@ -57,6 +54,20 @@ opaque! {
     IbWc,
     /// `struct ib_qp`.
     IbQp,
+    /// `struct ib_device`.
+    IbDevice,
+    /// `struct ib_pd`.
+    IbPd,
+    /// `struct ib_mr`.
+    IbMr,
+    /// `struct ib_event`.
+    IbEvent,
+    /// `struct ib_srq`.
+    IbSrq,
+    /// `struct ib_xrcd`.
+    IbXrcd,
+    /// `struct ib_rwq_ind_table`.
+    IbRwqIndTable,
 }
 
 /// What bindgen makes of `rust/helpers/cmecho_helpers.h`, with the opaque types
@@ -69,9 +80,10 @@ opaque! {
 )]
 mod generated {
     use super::{
-        Dentry as dentry, IbCq as ib_cq, IbQp as ib_qp, IbWc as ib_wc, Net as net,
-        RdmaCmEvent as rdma_cm_event, RdmaCmId as rdma_cm_id, Res as cmecho_res,
-        SeqFile as seq_file,
+        Dentry as dentry, IbCq as ib_cq, IbDevice as ib_device, IbEvent as ib_event, IbMr as ib_mr,
+        IbPd as ib_pd, IbQp as ib_qp, IbRwqIndTable as ib_rwq_ind_table, IbSrq as ib_srq,
+        IbWc as ib_wc, IbXrcd as ib_xrcd, Net as net, RdmaCmEvent as rdma_cm_event,
+        RdmaCmId as rdma_cm_id, SeqFile as seq_file,
     };
     use kernel::bindings::workqueue_struct;
     use kernel::ffi;
@@ -117,6 +129,3 @@ enum_consts! { u8:
     CMECHO_REJ_CONSUMER,
     CMECHO_REJ_VENDOR_OPTION,
 }
-
-// `CMECHO_TAG_REG`, the tag of a failed registration, as the layer names it.
-const _: () = assert!(super::verbs::TAG_REG == generated::CMECHO_TAG_REG);

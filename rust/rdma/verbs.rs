@@ -5,10 +5,15 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //!
-//! The objects live in one C bundle (`struct cmecho_res`, `rust/helpers/verbs.c`)
-//! owned by a [`ResPtr`]; its teardown drains the QP before anything is freed, in the
-//! order QP, MRs, buffers, CQ, PD. Buffers the peer accesses are exposed only through
-//! fast-registration MRs, never a global rkey.
+//! A [`ResPtr`] owns them all. Each kernel object has a type here that frees it on
+//! drop ([`Pd`], [`Cq`], [`Mr`], [`DmaBuf`]); the QP lives in the CM id, and
+//! [`ResPtr::destroy`] drains and destroys it before anything else goes, then
+//! drops the rest in the order MRs and buffers, CQ, PD, and last the [`Cqe`]s
+//! the work requests pointed to. Every index, tag and length a caller passes is
+//! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
+//! cannot (macros, static inlines, fields of structs without a Rust layout).
+//! Buffers the peer accesses are exposed only through fast-registration MRs,
+//! never a global rkey.
 //!
 //! A buffer is memory the device writes on the peer's behalf, at times the peer
 //! chooses (an RDMA WRITE into a registered buffer, or a peer breaking the protocol).
@@ -17,13 +22,15 @@
 //! [`ResPtr::write_buf`], [`ResPtr::produce_buf`], [`ResPtr::scan_buf`] and
 //! [`ResPtr::same_bytes`], each bounds-checked.
 
-use super::cq::{complete, Completion};
+use super::cq::{Completion, Cqe};
 use super::ffi;
 use super::id::IdPtr;
-use core::marker::PhantomData;
+use core::cell::OnceCell;
+use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
+use kernel::alloc::flags::GFP_KERNEL;
 use kernel::error::{from_err_ptr, to_result};
-use kernel::ffi::c_void;
+use kernel::page::PAGE_SIZE;
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -42,7 +49,7 @@ pub(crate) struct QpConfig {
 }
 
 /// The tag a fast registration ([`ResPtr::reg_buf`]) completes with, only when it
-/// fails (`CMECHO_TAG_REG`); ULP tags are below [`QpConfig::ntags`], never this.
+/// fails; ULP tags are below [`QpConfig::ntags`], never this.
 pub(crate) const TAG_REG: u32 = u32::MAX;
 
 /// What the provider reports for a QP (`ib_query_qp`).
@@ -65,11 +72,19 @@ pub(crate) struct QpAttrs {
 }
 
 impl QpAttrs {
-    /// The state's name (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`).
+    /// The state's name (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`; `?`
+    /// for a value the kernel does not define).
     pub(crate) fn state_name(&self) -> &'static str {
-        // SAFETY: Pure function of an integer returning a static string.
-        let s = unsafe { CStr::from_char_ptr(ffi::cmecho_qp_state_str(self.state)) };
-        s.to_str().unwrap_or("?")
+        match u32::from(self.state) {
+            ffi::IB_QPS_RESET => "RESET",
+            ffi::IB_QPS_INIT => "INIT",
+            ffi::IB_QPS_RTR => "RTR",
+            ffi::IB_QPS_RTS => "RTS",
+            ffi::IB_QPS_SQD => "SQD",
+            ffi::IB_QPS_SQE => "SQE",
+            ffi::IB_QPS_ERR => "ERR",
+            _ => "?",
+        }
     }
 }
 
@@ -101,22 +116,207 @@ unsafe fn copy_to_dma(src: &[u8], dst: *mut u8) {
     }
 }
 
-/// The QP resources of one connection.
+/// A protection domain.
 ///
 /// # Invariants
 ///
-/// `self.ptr` is a live `struct cmecho_res` whose completion context is a reference
-/// on an `Arc<C>` taken by [`ResPtr::create`] and whose completion callback is
-/// `complete::<C>`; [`ResPtr::destroy`] releases both. The CM id it was created
-/// on, which holds its QP, is live as long as it is (`destroy` requires it).
-pub(crate) struct ResPtr<C: Completion> {
-    ptr: NonNull<ffi::Res>,
-    _ctx: PhantomData<Arc<C>>,
+/// `self.0` is a live PD, freed on drop.
+struct Pd(NonNull<ffi::IbPd>);
+
+impl Pd {
+    /// # Safety
+    ///
+    /// `dev` must be a live device, and stay so while the PD exists.
+    unsafe fn alloc(dev: NonNull<ffi::IbDevice>) -> Result<Self> {
+        // SAFETY: `dev` is live by the caller's guarantee.
+        let p = from_err_ptr(unsafe { ffi::cmecho_pd_alloc(dev.as_ptr()) })?;
+        // INVARIANT: A PD was allocated.
+        Ok(Self(NonNull::new(p).ok_or(ENOMEM)?))
+    }
 }
 
-// SAFETY: The bundle may be used from any thread; the callers serialise its use
-// through the connection's `res` lock. The context it holds is an `Arc<C>` with
-// `C: Send + Sync`.
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: Live by the type invariant; whatever used it (MRs, the QP) is
+        // gone first, as the owners below order their fields.
+        unsafe { ffi::cmecho_pd_free(self.0.as_ptr()) };
+    }
+}
+
+/// A completion queue polled on a workqueue, each completion going to the
+/// [`Cqe`] of its work request.
+///
+/// # Invariants
+///
+/// `self.0` is a live CQ, freed on drop.
+struct Cq(NonNull<ffi::IbCq>);
+
+impl Cq {
+    /// # Safety
+    ///
+    /// `dev` must be a live device, and stay so while the CQ exists.
+    unsafe fn alloc(dev: NonNull<ffi::IbDevice>, nr_cqe: u32) -> Result<Self> {
+        if i32::try_from(nr_cqe).is_err() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `dev` is live by the caller's guarantee.
+        let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe) })?;
+        // INVARIANT: A CQ was allocated.
+        Ok(Self(NonNull::new(p).ok_or(ENOMEM)?))
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: Live by the type invariant, and no QP uses it any more (see
+        // `ResPtr::destroy`); `ib_free_cq` waits for its completion work.
+        unsafe { ffi::ib_free_cq(self.0.as_ptr()) };
+    }
+}
+
+/// A fast-registration memory region.
+///
+/// # Invariants
+///
+/// `self.0` is a live MR, deregistered on drop.
+struct Mr(NonNull<ffi::IbMr>);
+
+impl Mr {
+    fn alloc(pd: &Pd, max_num_sg: u32) -> Result<Self> {
+        // SAFETY: `pd` is live by its type invariant.
+        let p = from_err_ptr(unsafe {
+            ffi::ib_alloc_mr(pd.0.as_ptr(), ffi::IB_MR_TYPE_MEM_REG, max_num_sg)
+        })?;
+        // INVARIANT: An MR was allocated.
+        Ok(Self(NonNull::new(p).ok_or(ENOMEM)?))
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: Live by the type invariant; the QP that used it is destroyed
+        // first (`ResPtr::destroy`). A failure leaves nothing to do.
+        let _ = unsafe { ffi::cmecho_mr_free(self.0.as_ptr()) };
+    }
+}
+
+/// A zeroed kmalloc buffer mapped for DMA both ways, with an MR if the peer may
+/// access it.
+///
+/// # Invariants
+///
+/// `cpu` is the start of a `KVec<u8>` allocation of `len` elements and capacity
+/// `cap`, owned by this buffer and mapped at `dma` on the live device `dev`;
+/// `mr`, if any, was allocated for it. No Rust reference to the bytes exists.
+struct DmaBuf {
+    cpu: NonNull<u8>,
+    cap: usize,
+    len: u32,
+    dma: u64,
+    dev: NonNull<ffi::IbDevice>,
+    mr: Option<Mr>,
+}
+
+impl DmaBuf {
+    /// # Safety
+    ///
+    /// `dev` must be a live device, and stay so while the buffer exists.
+    unsafe fn new(dev: NonNull<ffi::IbDevice>, len: u32) -> Result<Self> {
+        let v = KVec::from_elem(0u8, len as usize, GFP_KERNEL)?;
+        let (cpu, n, cap) = v.into_raw_parts();
+        let Some(cpu) = NonNull::new(cpu) else {
+            // SAFETY: The parts came from `into_raw_parts` above and are unused.
+            drop(unsafe { KVec::from_raw_parts(cpu, n, cap) });
+            return Err(ENOMEM);
+        };
+        let mut dma = 0u64;
+        // SAFETY: `cpu` is `len` bytes of kmalloc memory; `dev` is live by the
+        // caller's guarantee.
+        let r = to_result(unsafe {
+            ffi::cmecho_dma_map(dev.as_ptr(), cpu.as_ptr().cast(), len, &mut dma)
+        });
+        if let Err(e) = r {
+            // SAFETY: The parts came from `into_raw_parts` above and are unused.
+            drop(unsafe { KVec::from_raw_parts(cpu.as_ptr(), n, cap) });
+            return Err(e);
+        }
+        // INVARIANT: The allocation is mapped at `dma`.
+        Ok(Self {
+            cpu,
+            cap,
+            len,
+            dma,
+            dev,
+            mr: None,
+        })
+    }
+
+    /// Whether bytes `off..off + len` are in the buffer.
+    fn holds(&self, off: u32, len: u32) -> bool {
+        off <= self.len && len <= self.len - off
+    }
+
+    fn sync(&self, for_cpu: bool) {
+        // SAFETY: Mapped on the live `dev` by the type invariant.
+        unsafe { ffi::cmecho_dma_sync(self.dev.as_ptr(), self.dma, self.len, for_cpu) };
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        drop(self.mr.take());
+        // SAFETY: Mapped as the type invariant says. The device no longer uses it:
+        // either the QP is destroyed (`ResPtr::destroy`), or the buffer was never
+        // in a slot, so no work request named it; its MR is deregistered above.
+        unsafe { ffi::cmecho_dma_unmap(self.dev.as_ptr(), self.dma, self.len) };
+        // SAFETY: The allocation is this buffer's own, by the type invariant.
+        drop(unsafe { KVec::from_raw_parts(self.cpu.as_ptr(), self.len as usize, self.cap) });
+    }
+}
+
+/// What a [`ResPtr`] frees after its QP, in field order: buffers and their MRs,
+/// the CQ, the PD, then the [`Cqe`]s (the last tag's is the registrations').
+///
+/// # Invariants
+///
+/// The fields are declared in the order they must be freed. The buffers and MRs
+/// are of the device and PD of `pd`. `cqes` is never resized once built, so the
+/// addresses work requests hold stay valid; each slot of `bufs` is set at most
+/// once.
+struct Parts {
+    bufs: KVec<OnceCell<DmaBuf>>,
+    #[expect(dead_code, reason = "held for its drop")]
+    cq: Cq,
+    pd: Pd,
+    cqes: KVec<Cqe>,
+}
+
+/// The QP resources of one connection.
+///
+/// Dropping one without [`ResPtr::destroy`] leaks it: its QP must be drained
+/// before anything under it is freed, and only `destroy` can.
+///
+/// # Invariants
+///
+/// `id` is the CM id the resources were created on; `dev` its device. `qp` is the
+/// id's QP, created on `parts.pd` with `parts.cq` for both queues, and live until
+/// `destroy`; `lkey` is the PD's local DMA lkey. `ctx` is a reference on an
+/// `Arc<C>` taken by [`ResPtr::create`], the context of every `Cqe` in
+/// `parts.cqes`, of which there are `ntags + 1`, the last for [`TAG_REG`];
+/// `parts.bufs` has the `nbufs` slots of the configuration. (That the id is
+/// still live is not an invariant: [`ResPtr::destroy`] requires it.)
+pub(crate) struct ResPtr<C: Completion> {
+    id: NonNull<ffi::RdmaCmId>,
+    qp: NonNull<ffi::IbQp>,
+    dev: NonNull<ffi::IbDevice>,
+    lkey: u32,
+    ntags: u32,
+    parts: ManuallyDrop<Parts>,
+    ctx: *const C,
+}
+
+// SAFETY: The kernel objects may be used and freed from any thread, and the
+// context is an `Arc<C>` with `C: Send + Sync`, which may be dropped on any.
 unsafe impl<C: Completion> Send for ResPtr<C> {}
 
 impl<C: Completion> ResPtr<C> {
@@ -124,33 +324,81 @@ impl<C: Completion> ResPtr<C> {
     ///
     /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
     pub(super) fn create(id: &IdPtr, ctx: Arc<C>, cfg: &QpConfig) -> Result<Self> {
-        let raw = Arc::into_raw(ctx).cast_mut().cast::<c_void>();
-        // SAFETY: `id` is live by its type invariant (the helper refuses an id with
-        // no device); `raw` is an `Arc<C>` reference that stays valid until
-        // `destroy`, which drains the QP first, and `complete::<C>` reads it as one.
-        let res = unsafe {
-            ffi::cmecho_res_create(
-                id.as_ptr(),
-                Some(complete::<C>),
-                raw,
-                cfg.ntags,
-                cfg.nbufs,
-                cfg.max_send_wr,
-                cfg.max_recv_wr,
-            )
-        };
-        match from_err_ptr(res) {
-            // INVARIANT: The bundle is live, with the context and callback above.
-            Ok(p) => Ok(Self {
-                ptr: NonNull::new(p).ok_or(ENOMEM)?,
-                _ctx: PhantomData,
-            }),
-            Err(e) => {
-                // SAFETY: `raw` came from `Arc::into_raw` above and was not kept.
-                drop(unsafe { Arc::from_raw(raw.cast::<C>()) });
-                Err(e)
-            }
+        let ctx = Arc::into_raw(ctx);
+        // SAFETY: `ctx` is a reference on an `Arc<C>`, given to `build`.
+        let r = unsafe { Self::build(id, ctx, cfg) };
+        if r.is_err() {
+            // SAFETY: `ctx` came from `Arc::into_raw` above, and `build` kept no
+            // copy of it when it failed.
+            drop(unsafe { Arc::from_raw(ctx) });
         }
+        r
+    }
+
+    /// # Safety
+    ///
+    /// `ctx` must be a reference on an `Arc<C>`. On success the result owns it;
+    /// on failure it is not used.
+    unsafe fn build(id: &IdPtr, ctx: *const C, cfg: &QpConfig) -> Result<Self> {
+        let idp = id.as_ptr();
+        let idn = NonNull::new(idp).ok_or(EINVAL)?;
+        // SAFETY: `id` is live by its type invariant.
+        let dev = NonNull::new(unsafe { ffi::cmecho_cm_device(idp) }).ok_or(ENODEV)?;
+        let nr_cqe = cfg
+            .max_send_wr
+            .checked_add(cfg.max_recv_wr)
+            .and_then(|n| n.checked_add(2))
+            .ok_or(EINVAL)?;
+        // One more in each queue for the drain work requests of `ib_drain_qp`
+        // (which `nr_cqe` fits).
+        let (send_wr, recv_wr) = (cfg.max_send_wr + 1, cfg.max_recv_wr + 1);
+        let ncqes = (cfg.ntags as usize).checked_add(1).ok_or(EINVAL)?;
+        let mut cqes = KVec::with_capacity(ncqes, GFP_KERNEL)?;
+        for tag in 0..cfg.ntags {
+            // SAFETY: `ctx` is kept, as the invariant says, until `destroy` has
+            // drained the QP and freed the CQ.
+            cqes.push(unsafe { Cqe::new(ctx, tag, true) }, GFP_KERNEL)?;
+        }
+        // SAFETY: As above.
+        cqes.push(unsafe { Cqe::new(ctx, TAG_REG, false) }, GFP_KERNEL)?;
+        let mut bufs = KVec::with_capacity(cfg.nbufs as usize, GFP_KERNEL)?;
+        for _ in 0..cfg.nbufs {
+            bufs.push(OnceCell::new(), GFP_KERNEL)?;
+        }
+        // SAFETY: The device of a live id stays until the id's QP resources are
+        // destroyed: on its removal the CM's DEVICE_REMOVAL handler destroys them
+        // before it returns.
+        let pd = unsafe { Pd::alloc(dev)? };
+        // SAFETY: As above.
+        let cq = unsafe { Cq::alloc(dev, nr_cqe)? };
+        // SAFETY: All-zero is a valid `ib_qp_init_attr`: null pointers, no event
+        // handler, zero counts.
+        let mut init: ffi::ib_qp_init_attr = unsafe { core::mem::zeroed() };
+        init.qp_type = ffi::IB_QPT_RC;
+        init.sq_sig_type = ffi::IB_SIGNAL_REQ_WR;
+        init.send_cq = cq.0.as_ptr();
+        init.recv_cq = cq.0.as_ptr();
+        init.cap.max_send_wr = send_wr;
+        init.cap.max_recv_wr = recv_wr;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        // SAFETY: `id` is live and has no QP yet (the connection creates one once);
+        // `pd` and `cq` are live and outlive the QP (`destroy`).
+        to_result(unsafe { ffi::rdma_create_qp(idp, pd.0.as_ptr(), &mut init) })?;
+        // SAFETY: `id` is live; `rdma_create_qp` set its QP.
+        let qp = NonNull::new(unsafe { ffi::cmecho_cm_qp(idp) }).ok_or(EINVAL)?;
+        // SAFETY: `pd` is live.
+        let lkey = unsafe { ffi::cmecho_pd_lkey(pd.0.as_ptr()) };
+        // INVARIANT: As built above; the id is the caller's.
+        Ok(Self {
+            id: idn,
+            qp,
+            dev,
+            lkey,
+            ntags: cfg.ntags,
+            parts: ManuallyDrop::new(Parts { bufs, cq, pd, cqes }),
+            ctx,
+        })
     }
 
     /// Drains and destroys the QP, frees everything, and drops the context reference.
@@ -161,28 +409,29 @@ impl<C: Completion> ResPtr<C> {
     /// must not be one of these resources' own completion callbacks (the drain
     /// waits for them).
     pub(super) unsafe fn destroy(self) {
-        // SAFETY: By the type invariant the bundle is live; `self` is consumed.
-        let ctx = unsafe { ffi::cmecho_res_ctx(self.ptr.as_ptr()) };
-        // SAFETY: As above, and the id under it is live by the caller's guarantee;
-        // after this no completion callback runs.
-        unsafe { ffi::cmecho_res_destroy(self.ptr.as_ptr()) };
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: The QP is live by the type invariant, its id by the caller's
+        // guarantee. After the drain every posted request has completed, and no
+        // completion callback runs for it any more.
+        unsafe {
+            ffi::ib_drain_qp(me.qp.as_ptr());
+            ffi::rdma_destroy_qp(me.id.as_ptr());
+        }
+        // SAFETY: Dropped once, here; the QP that used the parts is gone, and
+        // `Cq`'s drop waits for the CQ's work before the `Cqe`s go.
+        unsafe { ManuallyDrop::drop(&mut me.parts) };
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
-        // `Arc<C>`, and nothing uses it any more.
-        drop(unsafe { Arc::from_raw(ctx.cast_const().cast::<C>()) });
-    }
-
-    fn as_ptr(&self) -> *mut ffi::Res {
-        self.ptr.as_ptr()
+        // `Arc<C>`, and no `Cqe` uses it any more.
+        drop(unsafe { Arc::from_raw(me.ctx) });
     }
 
     /// What the provider reports for the QP (`ib_query_qp`).
     pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
         let mut a = QpAttrs::default();
-        // SAFETY: The bundle and the id holding its QP are live by the type
-        // invariant; the out pointers are valid.
+        // SAFETY: The QP is live by the type invariant; the out pointers are valid.
         to_result(unsafe {
-            ffi::cmecho_res_query_qp(
-                self.as_ptr(),
+            ffi::cmecho_qp_query(
+                self.qp.as_ptr(),
                 &mut a.qp_num,
                 &mut a.state,
                 &mut a.timeout,
@@ -197,32 +446,82 @@ impl<C: Completion> ResPtr<C> {
 
     /// Allocates and DMA-maps buffer slot `idx` of `len` bytes; `remote` gives it a
     /// fast-registration MR so the peer may access it once registered.
+    ///
+    /// `EINVAL` for a slot out of range or a zero length, `EBUSY` for a slot
+    /// already allocated; a failure leaves the slot empty.
     pub(crate) fn alloc_buf(&self, idx: u32, len: u32, remote: bool) -> Result {
-        // SAFETY: The bundle is live by the type invariant; the helper checks `idx`.
-        to_result(unsafe { ffi::cmecho_res_buf_alloc(self.as_ptr(), idx, len, remote) })
+        let slot = self.parts.bufs.get(idx as usize).ok_or(EINVAL)?;
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        if slot.get().is_some() {
+            return Err(EBUSY);
+        }
+        // SAFETY: `dev` is live while the resources are (see `build`).
+        let mut b = unsafe { DmaBuf::new(self.dev, len)? };
+        if remote {
+            let pages = (len as usize).div_ceil(PAGE_SIZE) + 1;
+            b.mr = Some(Mr::alloc(&self.parts.pd, u32::try_from(pages)?)?);
+        }
+        slot.set(b).map_err(|_| EBUSY)
+    }
+
+    /// Buffer `idx`, if it is allocated.
+    fn slot(&self, idx: u32) -> Result<&DmaBuf> {
+        self.parts
+            .bufs
+            .get(idx as usize)
+            .and_then(OnceCell::get)
+            .ok_or(EINVAL)
+    }
+
+    /// The `Cqe` of ULP tag `tag`.
+    fn cqe(&self, tag: u32) -> Result<*mut ffi::ib_cqe> {
+        if tag >= self.ntags {
+            return Err(EINVAL);
+        }
+        Ok(self.parts.cqes[tag as usize].as_ptr())
+    }
+
+    /// The `Cqe` of `tag` and the DMA address of bytes `off..off + len` of
+    /// buffer `idx`; `EINVAL` if either is not there.
+    fn prep(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result<(*mut ffi::ib_cqe, u64)> {
+        let cqe = self.cqe(tag)?;
+        let b = self.slot(idx)?;
+        if !b.holds(off, len) {
+            return Err(EINVAL);
+        }
+        Ok((cqe, b.dma + u64::from(off)))
     }
 
     /// Registers buffer `idx` for remote READ (or WRITE) access; returns (rkey, address).
     pub(crate) fn reg_buf(&self, idx: u32, remote_write: bool) -> Result<(u32, u64)> {
+        let b = self.slot(idx)?;
+        let mr = b.mr.as_ref().ok_or(EINVAL)?;
+        let reg = self.parts.cqes[self.ntags as usize].as_ptr();
         let mut rkey = 0u32;
         let mut addr = 0u64;
-        // SAFETY: As above; the out pointers are valid.
+        // SAFETY: QP, MR and buffer are live by the type invariants; the MR was
+        // allocated for this buffer's pages; `reg` lives until the QP is drained.
         to_result(unsafe {
-            ffi::cmecho_res_buf_reg(self.as_ptr(), idx, remote_write, &mut rkey, &mut addr)
+            ffi::cmecho_post_reg(
+                self.qp.as_ptr(),
+                mr.0.as_ptr(),
+                b.dma,
+                b.len,
+                remote_write,
+                reg,
+                &mut rkey,
+                &mut addr,
+            )
         })?;
         Ok((rkey, addr))
     }
 
     /// The CPU address and length of buffer `idx`, if it is allocated.
     fn buf(&self, idx: u32) -> Result<(*mut u8, usize)> {
-        let mut len = 0u32;
-        // SAFETY: The bundle is live by the type invariant; the helper checks `idx`
-        // and returns null for a bad one.
-        let p = unsafe { ffi::cmecho_res_buf_cpu(self.as_ptr(), idx, &mut len) };
-        if p.is_null() {
-            return Err(EINVAL);
-        }
-        Ok((p, len as usize))
+        let b = self.slot(idx)?;
+        Ok((b.cpu.as_ptr(), b.len as usize))
     }
 
     /// Runs `f` on the address of bytes `off..off + len` of buffer `idx`, synced for
@@ -234,17 +533,15 @@ impl<C: Completion> ResPtr<C> {
         len: usize,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R> {
-        let (p, blen) = self.buf(idx)?;
+        let b = self.slot(idx)?;
         match off.checked_add(len) {
-            Some(end) if end <= blen => {}
+            Some(end) if end <= b.len as usize => {}
             _ => return Err(EINVAL),
         }
-        // SAFETY: The bundle is live by the type invariant; `idx` is valid.
-        unsafe { ffi::cmecho_res_buf_sync(self.as_ptr(), idx, true) };
+        b.sync(true);
         // SAFETY: `off` is within the buffer, checked above.
-        let r = f(unsafe { p.add(off) });
-        // SAFETY: As above.
-        unsafe { ffi::cmecho_res_buf_sync(self.as_ptr(), idx, false) };
+        let r = f(unsafe { b.cpu.as_ptr().add(off) });
+        b.sync(false);
         Ok(r)
     }
 
@@ -252,7 +549,7 @@ impl<C: Completion> ResPtr<C> {
     pub(crate) fn read_buf(&self, idx: u32, off: u32, dst: &mut [u8]) -> Result {
         self.access(idx, off as usize, dst.len(), |p| {
             // SAFETY: `access` checked that the bytes are in the buffer, which lives
-            // as long as the bundle.
+            // as long as the resources.
             unsafe { copy_from_dma(p, dst) }
         })
     }
@@ -348,18 +645,21 @@ impl<C: Completion> ResPtr<C> {
 
     /// Posts a receive of `len` bytes into buffer `idx` at `off`, completing with `tag`.
     pub(crate) fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
-        // SAFETY: As above; the helper checks tag, index and bounds.
-        to_result(unsafe { ffi::cmecho_post_recv(self.as_ptr(), tag, idx, off, len) })
+        let (cqe, addr) = self.prep(tag, idx, off, len)?;
+        // SAFETY: The QP is live by the type invariant; `addr..addr + len` is in a
+        // mapped buffer of its PD, and `cqe` lives until the QP is drained.
+        to_result(unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), cqe, addr, len, self.lkey) })
     }
 
     /// Posts a signaled SEND of `len` bytes from buffer `idx` at `off`.
     pub(crate) fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
-        // SAFETY: As above.
-        to_result(unsafe { ffi::cmecho_post_send(self.as_ptr(), tag, idx, off, len) })
+        let (cqe, addr) = self.prep(tag, idx, off, len)?;
+        // SAFETY: As in `post_recv`.
+        to_result(unsafe { ffi::cmecho_post_send(self.qp.as_ptr(), cqe, addr, len, self.lkey) })
     }
 
     /// Posts a signaled RDMA READ (or WRITE) between buffer `idx` at `off` and the
-    /// peer's `raddr`/`rkey`.
+    /// peer's `raddr`/`rkey`; `EINVAL` for a zero length.
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn post_rdma(
         &self,
@@ -371,10 +671,23 @@ impl<C: Completion> ResPtr<C> {
         raddr: u64,
         rkey: u32,
     ) -> Result {
-        // SAFETY: As above. A bad remote address or rkey fails the work request with
-        // a remote access error, not the local side.
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        let (cqe, addr) = self.prep(tag, idx, off, len)?;
+        // SAFETY: As in `post_recv`. A bad remote address or rkey fails the work
+        // request with a remote access error, not the local side.
         to_result(unsafe {
-            ffi::cmecho_post_rdma(self.as_ptr(), tag, write, idx, off, len, raddr, rkey)
+            ffi::cmecho_post_rdma(
+                self.qp.as_ptr(),
+                cqe,
+                write,
+                addr,
+                len,
+                self.lkey,
+                raddr,
+                rkey,
+            )
         })
     }
 }
