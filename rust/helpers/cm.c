@@ -217,23 +217,10 @@ int cmecho_cm_disconnect(struct rdma_cm_id *id)
 	return rdma_disconnect(id);
 }
 
+/* The event's enum rdma_cm_event_type: rust/rdma/event.rs tells the codes apart. */
 int cmecho_ev_type(const struct rdma_cm_event *event)
 {
-	switch (event->event) {
-	case RDMA_CM_EVENT_ADDR_RESOLVED: return CMECHO_EV_ADDR_RESOLVED;
-	case RDMA_CM_EVENT_ADDR_ERROR: return CMECHO_EV_ADDR_ERROR;
-	case RDMA_CM_EVENT_ROUTE_RESOLVED: return CMECHO_EV_ROUTE_RESOLVED;
-	case RDMA_CM_EVENT_ROUTE_ERROR: return CMECHO_EV_ROUTE_ERROR;
-	case RDMA_CM_EVENT_CONNECT_REQUEST: return CMECHO_EV_CONNECT_REQUEST;
-	case RDMA_CM_EVENT_CONNECT_ERROR: return CMECHO_EV_CONNECT_ERROR;
-	case RDMA_CM_EVENT_UNREACHABLE: return CMECHO_EV_UNREACHABLE;
-	case RDMA_CM_EVENT_REJECTED: return CMECHO_EV_REJECTED;
-	case RDMA_CM_EVENT_ESTABLISHED: return CMECHO_EV_ESTABLISHED;
-	case RDMA_CM_EVENT_DISCONNECTED: return CMECHO_EV_DISCONNECTED;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL: return CMECHO_EV_DEVICE_REMOVAL;
-	case RDMA_CM_EVENT_TIMEWAIT_EXIT: return CMECHO_EV_TIMEWAIT_EXIT;
-	default: return CMECHO_EV_OTHER;
-	}
+	return event->event;
 }
 
 int cmecho_ev_status(const struct rdma_cm_event *event)
@@ -251,17 +238,18 @@ u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event)
 	return event->ece.attr_mod;
 }
 
-/* The peer's initiator depth and responder resources, on a connect request. */
+/*
+ * The peer's initiator depth and responder resources: meaningful on a connect
+ * request only, which rust/rdma/event.rs checks before reading them.
+ */
 u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event)
 {
-	return event->event == RDMA_CM_EVENT_CONNECT_REQUEST ?
-	       event->param.conn.initiator_depth : 0;
+	return event->param.conn.initiator_depth;
 }
 
 u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event)
 {
-	return event->event == RDMA_CM_EVENT_CONNECT_REQUEST ?
-	       event->param.conn.responder_resources : 0;
+	return event->param.conn.responder_resources;
 }
 
 /* The peer's address and port, as text ("10.77.0.2:41234", "[fe80::1]:7174"). */

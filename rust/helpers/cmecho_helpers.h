@@ -32,23 +32,6 @@ struct workqueue_struct;
 struct dentry;
 struct seq_file;
 
-/* CM events as cmecho distinguishes them (mapped from enum rdma_cm_event_type). */
-enum cmecho_ev {
-	CMECHO_EV_OTHER = 0,
-	CMECHO_EV_ADDR_RESOLVED = 1,
-	CMECHO_EV_ADDR_ERROR = 2,
-	CMECHO_EV_ROUTE_RESOLVED = 3,
-	CMECHO_EV_ROUTE_ERROR = 4,
-	CMECHO_EV_CONNECT_REQUEST = 5,
-	CMECHO_EV_CONNECT_ERROR = 6,
-	CMECHO_EV_UNREACHABLE = 7,
-	CMECHO_EV_REJECTED = 8,
-	CMECHO_EV_ESTABLISHED = 9,
-	CMECHO_EV_DISCONNECTED = 10,
-	CMECHO_EV_DEVICE_REMOVAL = 11,
-	CMECHO_EV_TIMEWAIT_EXIT = 12,
-};
-
 /* Reject reasons as cmecho names them (mapped to enum ib_cm_rej_reason). */
 enum cmecho_rej {
 	CMECHO_REJ_CONSUMER = 0,

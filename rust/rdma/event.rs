@@ -2,9 +2,10 @@
 
 //! CM events, decoded from `struct rdma_cm_event` into plain values.
 //!
-//! The C side maps `enum rdma_cm_event_type` to the few kinds the layer tells
-//! apart (`enum cmecho_ev`); everything an event carries that the layer uses is
-//! copied out here, so no pointer into the event outlives its handler.
+//! The C side only reads the event's fields; the layer maps the event's
+//! `enum rdma_cm_event_type` to the few kinds it tells apart ([`EventKind`]),
+//! and copies out everything an event carries that it uses, so no pointer into
+//! the event outlives its handler.
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 
@@ -27,7 +28,7 @@ pub(crate) struct Event {
     pub(crate) responder_resources: u8,
 }
 
-/// The CM events cmecho distinguishes (`enum rdma_cm_event_type`, mapped in C).
+/// The CM events cmecho distinguishes (from `enum rdma_cm_event_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventKind {
     /// `RDMA_CM_EVENT_ADDR_RESOLVED`.
@@ -59,20 +60,21 @@ pub(crate) enum EventKind {
 }
 
 impl EventKind {
+    /// The kind of an `enum rdma_cm_event_type` code.
     fn from_code(code: c_int) -> Self {
         match code {
-            ffi::CMECHO_EV_ADDR_RESOLVED => Self::AddrResolved,
-            ffi::CMECHO_EV_ADDR_ERROR => Self::AddrError,
-            ffi::CMECHO_EV_ROUTE_RESOLVED => Self::RouteResolved,
-            ffi::CMECHO_EV_ROUTE_ERROR => Self::RouteError,
-            ffi::CMECHO_EV_CONNECT_REQUEST => Self::ConnectRequest,
-            ffi::CMECHO_EV_CONNECT_ERROR => Self::ConnectError,
-            ffi::CMECHO_EV_UNREACHABLE => Self::Unreachable,
-            ffi::CMECHO_EV_REJECTED => Self::Rejected,
-            ffi::CMECHO_EV_ESTABLISHED => Self::Established,
-            ffi::CMECHO_EV_DISCONNECTED => Self::Disconnected,
-            ffi::CMECHO_EV_DEVICE_REMOVAL => Self::DeviceRemoval,
-            ffi::CMECHO_EV_TIMEWAIT_EXIT => Self::TimewaitExit,
+            ffi::RDMA_CM_EVENT_ADDR_RESOLVED => Self::AddrResolved,
+            ffi::RDMA_CM_EVENT_ADDR_ERROR => Self::AddrError,
+            ffi::RDMA_CM_EVENT_ROUTE_RESOLVED => Self::RouteResolved,
+            ffi::RDMA_CM_EVENT_ROUTE_ERROR => Self::RouteError,
+            ffi::RDMA_CM_EVENT_CONNECT_REQUEST => Self::ConnectRequest,
+            ffi::RDMA_CM_EVENT_CONNECT_ERROR => Self::ConnectError,
+            ffi::RDMA_CM_EVENT_UNREACHABLE => Self::Unreachable,
+            ffi::RDMA_CM_EVENT_REJECTED => Self::Rejected,
+            ffi::RDMA_CM_EVENT_ESTABLISHED => Self::Established,
+            ffi::RDMA_CM_EVENT_DISCONNECTED => Self::Disconnected,
+            ffi::RDMA_CM_EVENT_DEVICE_REMOVAL => Self::DeviceRemoval,
+            ffi::RDMA_CM_EVENT_TIMEWAIT_EXIT => Self::TimewaitExit,
             _ => Self::Other,
         }
     }
@@ -104,17 +106,32 @@ impl Event {
     ///
     /// `ev` must point to a valid `struct rdma_cm_event`.
     pub(super) unsafe fn read(ev: *const ffi::RdmaCmEvent) -> Self {
-        // SAFETY: The caller guarantees `ev` is valid; the helpers only read it.
+        // SAFETY: The caller guarantees `ev` is valid; the helper only reads it.
+        let kind = EventKind::from_code(unsafe { ffi::cmecho_ev_type(ev) });
+        // The connection parameters of the event (a union member) are the peer's
+        // on a connect request only.
+        let (initiator_depth, responder_resources) = if kind == EventKind::ConnectRequest {
+            // SAFETY: As above.
+            unsafe {
+                (
+                    ffi::cmecho_ev_initiator_depth(ev),
+                    ffi::cmecho_ev_responder_resources(ev),
+                )
+            }
+        } else {
+            (0, 0)
+        };
+        // SAFETY: As above.
         unsafe {
             Self {
-                kind: EventKind::from_code(ffi::cmecho_ev_type(ev)),
+                kind,
                 status: ffi::cmecho_ev_status(ev),
                 ece: Ece {
                     vendor_id: ffi::cmecho_ev_ece_vendor_id(ev),
                     attr_mod: ffi::cmecho_ev_ece_attr_mod(ev),
                 },
-                initiator_depth: ffi::cmecho_ev_initiator_depth(ev),
-                responder_resources: ffi::cmecho_ev_responder_resources(ev),
+                initiator_depth,
+                responder_resources,
             }
         }
     }
@@ -128,58 +145,58 @@ mod tests {
     fn codes_map_to_their_kinds() {
         let all = [
             (
-                ffi::CMECHO_EV_ADDR_RESOLVED,
+                ffi::RDMA_CM_EVENT_ADDR_RESOLVED,
                 EventKind::AddrResolved,
                 "ADDR_RESOLVED",
             ),
             (
-                ffi::CMECHO_EV_ADDR_ERROR,
+                ffi::RDMA_CM_EVENT_ADDR_ERROR,
                 EventKind::AddrError,
                 "ADDR_ERROR",
             ),
             (
-                ffi::CMECHO_EV_ROUTE_RESOLVED,
+                ffi::RDMA_CM_EVENT_ROUTE_RESOLVED,
                 EventKind::RouteResolved,
                 "ROUTE_RESOLVED",
             ),
             (
-                ffi::CMECHO_EV_ROUTE_ERROR,
+                ffi::RDMA_CM_EVENT_ROUTE_ERROR,
                 EventKind::RouteError,
                 "ROUTE_ERROR",
             ),
             (
-                ffi::CMECHO_EV_CONNECT_REQUEST,
+                ffi::RDMA_CM_EVENT_CONNECT_REQUEST,
                 EventKind::ConnectRequest,
                 "CONNECT_REQUEST",
             ),
             (
-                ffi::CMECHO_EV_CONNECT_ERROR,
+                ffi::RDMA_CM_EVENT_CONNECT_ERROR,
                 EventKind::ConnectError,
                 "CONNECT_ERROR",
             ),
             (
-                ffi::CMECHO_EV_UNREACHABLE,
+                ffi::RDMA_CM_EVENT_UNREACHABLE,
                 EventKind::Unreachable,
                 "UNREACHABLE",
             ),
-            (ffi::CMECHO_EV_REJECTED, EventKind::Rejected, "REJECTED"),
+            (ffi::RDMA_CM_EVENT_REJECTED, EventKind::Rejected, "REJECTED"),
             (
-                ffi::CMECHO_EV_ESTABLISHED,
+                ffi::RDMA_CM_EVENT_ESTABLISHED,
                 EventKind::Established,
                 "ESTABLISHED",
             ),
             (
-                ffi::CMECHO_EV_DISCONNECTED,
+                ffi::RDMA_CM_EVENT_DISCONNECTED,
                 EventKind::Disconnected,
                 "DISCONNECTED",
             ),
             (
-                ffi::CMECHO_EV_DEVICE_REMOVAL,
+                ffi::RDMA_CM_EVENT_DEVICE_REMOVAL,
                 EventKind::DeviceRemoval,
                 "DEVICE_REMOVAL",
             ),
             (
-                ffi::CMECHO_EV_TIMEWAIT_EXIT,
+                ffi::RDMA_CM_EVENT_TIMEWAIT_EXIT,
                 EventKind::TimewaitExit,
                 "TIMEWAIT_EXIT",
             ),
@@ -192,7 +209,19 @@ mod tests {
 
     #[test]
     fn other_codes_are_other() {
-        for code in [0, -1, 13, c_int::MAX] {
+        // The codes cmecho does not tell apart, as C defines them (`c_uint`), and
+        // codes the CM does not define.
+        let others = [
+            ffi::RDMA_CM_EVENT_CONNECT_RESPONSE as c_int,
+            ffi::RDMA_CM_EVENT_MULTICAST_JOIN as c_int,
+            ffi::RDMA_CM_EVENT_MULTICAST_ERROR as c_int,
+            ffi::RDMA_CM_EVENT_ADDR_CHANGE as c_int,
+            ffi::RDMA_CM_EVENT_INTERNAL as c_int,
+            -1,
+            ffi::RDMA_CM_EVENT_INTERNAL as c_int + 1,
+            c_int::MAX,
+        ];
+        for code in others {
             assert_eq!(EventKind::from_code(code), EventKind::Other);
         }
         assert_eq!(EventKind::Other.name(), "OTHER");

@@ -108,20 +108,21 @@ macro_rules! enum_consts {
     };
 }
 
-// `enum cmecho_ev`, compared with what `cmecho_ev_type` returns (an `int`).
+// `enum rdma_cm_event_type`, compared with what `cmecho_ev_type` returns (an `int`):
+// the codes `event.rs` tells apart.
 enum_consts! { c_int:
-    CMECHO_EV_ADDR_RESOLVED,
-    CMECHO_EV_ADDR_ERROR,
-    CMECHO_EV_ROUTE_RESOLVED,
-    CMECHO_EV_ROUTE_ERROR,
-    CMECHO_EV_CONNECT_REQUEST,
-    CMECHO_EV_CONNECT_ERROR,
-    CMECHO_EV_UNREACHABLE,
-    CMECHO_EV_REJECTED,
-    CMECHO_EV_ESTABLISHED,
-    CMECHO_EV_DISCONNECTED,
-    CMECHO_EV_DEVICE_REMOVAL,
-    CMECHO_EV_TIMEWAIT_EXIT,
+    RDMA_CM_EVENT_ADDR_RESOLVED,
+    RDMA_CM_EVENT_ADDR_ERROR,
+    RDMA_CM_EVENT_ROUTE_RESOLVED,
+    RDMA_CM_EVENT_ROUTE_ERROR,
+    RDMA_CM_EVENT_CONNECT_REQUEST,
+    RDMA_CM_EVENT_CONNECT_ERROR,
+    RDMA_CM_EVENT_UNREACHABLE,
+    RDMA_CM_EVENT_REJECTED,
+    RDMA_CM_EVENT_ESTABLISHED,
+    RDMA_CM_EVENT_DISCONNECTED,
+    RDMA_CM_EVENT_DEVICE_REMOVAL,
+    RDMA_CM_EVENT_TIMEWAIT_EXIT,
 }
 
 // `enum cmecho_rej`, passed as the `u8` reason of `cmecho_cm_reject`.
