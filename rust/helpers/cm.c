@@ -3,10 +3,12 @@
  * RDMA CM helpers for cmecho's Rust layer (rust/rdma/id.rs, conn.rs, listener.rs).
  *
  * rdma_create_id() is a macro that passes KBUILD_MODNAME, which only a C
- * translation unit of this module has; the structs the CM hands out (events,
- * connection parameters, routes) have no Rust bindings. The helpers here call the
- * CM on Rust's behalf and turn those structs into plain scalars. They hold no
- * policy: the order of calls is decided, and enforced, in Rust.
+ * translation unit of this module has; the structs the CM hands out (events, ids
+ * with their routes) have no Rust layout. The helpers here call the CM on Rust's
+ * behalf where Rust cannot, and read single fields of those structs. They hold no
+ * policy: the order of calls is decided, and enforced, in Rust, and so are the
+ * meaning of event codes and the connection parameters (rust/rdma/event.rs,
+ * conn.rs), from the kernel's own declarations.
  */
 #include <linux/ctype.h>
 #include <linux/err.h>
@@ -162,41 +164,6 @@ int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer)
 void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos)
 {
 	rdma_set_service_type(id, tos);
-}
-
-/*
- * Connection parameters travel as scalars, not as a struct the Rust side would
- * have to mirror: responder resources, initiator depth, retry count, RNR retry
- * count, ECE vendor id and attribute modifier.
- */
-static void cmecho_conn_param(struct rdma_conn_param *p, u8 resp_res, u8 init_depth,
-			      u8 retry, u8 rnr_retry)
-{
-	memset(p, 0, sizeof(*p));
-	p->responder_resources = resp_res;
-	p->initiator_depth = init_depth;
-	p->retry_count = retry;
-	p->rnr_retry_count = rnr_retry;
-}
-
-int cmecho_cm_connect(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 retry,
-		      u8 rnr_retry, u32 ece_vendor_id, u32 ece_attr_mod)
-{
-	struct rdma_ucm_ece ece = { .vendor_id = ece_vendor_id, .attr_mod = ece_attr_mod };
-	struct rdma_conn_param p;
-
-	cmecho_conn_param(&p, resp_res, init_depth, retry, rnr_retry);
-	return rdma_connect_ece(id, &p, &ece);
-}
-
-int cmecho_cm_accept(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 rnr_retry,
-		     u32 ece_vendor_id, u32 ece_attr_mod)
-{
-	struct rdma_ucm_ece ece = { .vendor_id = ece_vendor_id, .attr_mod = ece_attr_mod };
-	struct rdma_conn_param p;
-
-	cmecho_conn_param(&p, resp_res, init_depth, 0, rnr_retry);
-	return rdma_accept_ece(id, &p, &ece);
 }
 
 int cmecho_cm_reject(struct rdma_cm_id *id, u8 why)

@@ -70,10 +70,6 @@ int cmecho_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms);
 int cmecho_cm_set_ack_timeout(struct rdma_cm_id *id, u8 timeout);
 int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer);
 void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos);
-int cmecho_cm_connect(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 retry,
-		      u8 rnr_retry, u32 ece_vendor_id, u32 ece_attr_mod);
-int cmecho_cm_accept(struct rdma_cm_id *id, u8 resp_res, u8 init_depth, u8 rnr_retry,
-		     u32 ece_vendor_id, u32 ece_attr_mod);
 int cmecho_cm_reject(struct rdma_cm_id *id, u8 reason);
 int cmecho_cm_disconnect(struct rdma_cm_id *id);
 int cmecho_ev_type(const struct rdma_cm_event *event);

@@ -407,20 +407,13 @@ impl<H: ConnHandler> Conn<H> {
         self.create_res(qp)
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
-        let p = &self.params;
-        let ece = p.ece.unwrap_or_default();
+        // An accept has no retry count of its own: the CM ignores it.
+        let mut param = cm_conn_param(&self.params, 0);
+        let mut ece = cm_ece(self.params.ece.unwrap_or_default());
         // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
-        // the handler mutex `rdma_accept()` requires.
-        let ret = unsafe {
-            ffi::cmecho_cm_accept(
-                child,
-                p.responder_resources,
-                p.initiator_depth,
-                p.rnr_retry_count.get(),
-                ece.vendor_id,
-                ece.attr_mod,
-            )
-        };
+        // the handler mutex `rdma_accept()` requires. `param` and `ece` are valid for
+        // the call, which copies what it keeps of them.
+        let ret = unsafe { ffi::rdma_accept_ece(child, &mut param, &mut ece) };
         to_step("rdma_accept", ret)
     }
 
@@ -574,20 +567,13 @@ impl<H: ConnHandler> Conn<H> {
 
         self.step(ConnectStep::Connect)?;
         let p = &self.params;
-        let ece = p.ece.unwrap_or_default();
+        let mut param = cm_conn_param(p, p.retry_count.get());
+        let mut ece = cm_ece(p.ece.unwrap_or_default());
         self.connect_call("rdma_connect", |id| {
             // SAFETY: As above. The ack timeout was applied before route resolution.
-            unsafe {
-                ffi::cmecho_cm_connect(
-                    id,
-                    p.responder_resources,
-                    p.initiator_depth,
-                    p.retry_count.get(),
-                    p.rnr_retry_count.get(),
-                    ece.vendor_id,
-                    ece.attr_mod,
-                )
-            }
+            // `param` and `ece` are valid for the call, which copies what it keeps
+            // of them.
+            unsafe { ffi::rdma_connect_ece(id, &mut param, &mut ece) }
         })?;
         self.wait_for(ConnState::Established, "rdma_connect", p.connect_timeout_ms)
     }
@@ -1047,6 +1033,28 @@ impl<H: ConnHandler> Conn<H> {
             self.handler.ended(self, EndReason::DeviceRemoval);
         }
         Verdict::DestroyId
+    }
+}
+
+/// The `struct rdma_conn_param` of a connect or an accept: zeroed (no private
+/// data; no SRQ, QP number or Q_Key, which the id's own QP supplies), with the
+/// responder resources, initiator depth and RNR retry count of `p` and
+/// `retry_count`.
+fn cm_conn_param(p: &ConnParams, retry_count: u8) -> ffi::rdma_conn_param {
+    ffi::rdma_conn_param {
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        retry_count,
+        rnr_retry_count: p.rnr_retry_count.get(),
+        ..Zeroable::zeroed()
+    }
+}
+
+/// The `struct rdma_ucm_ece` of a connect or an accept.
+fn cm_ece(ece: Ece) -> ffi::rdma_ucm_ece {
+    ffi::rdma_ucm_ece {
+        vendor_id: ece.vendor_id,
+        attr_mod: ece.attr_mod,
     }
 }
 

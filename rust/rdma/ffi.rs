@@ -87,6 +87,7 @@ mod generated {
     };
     use kernel::bindings::workqueue_struct;
     use kernel::ffi;
+    use pin_init::MaybeZeroable;
 
     // `rust/rdma/ffi_generated.rs` of the build's output directory (`Kbuild`).
     include!(env!("CMECHO_FFI_GENERATED"));

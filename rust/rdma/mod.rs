@@ -20,7 +20,7 @@
 //! | [`verbs`] | the QP resources: PD, CQ, QP, MRs, buffers, posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
-//! | `ffi` | the declarations of `rust/helpers/*.c` |
+//! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel's RDMA API |
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 //!
