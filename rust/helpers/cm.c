@@ -166,14 +166,6 @@ void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos)
 	rdma_set_service_type(id, tos);
 }
 
-int cmecho_cm_reject(struct rdma_cm_id *id, u8 why)
-{
-	u8 reason = why == CMECHO_REJ_VENDOR_OPTION ? IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED :
-						      IB_CM_REJ_CONSUMER_DEFINED;
-
-	return rdma_reject(id, NULL, 0, reason);
-}
-
 const char *cmecho_reject_msg(struct rdma_cm_id *id, int status)
 {
 	return rdma_reject_msg(id, status);

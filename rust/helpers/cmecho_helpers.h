@@ -32,12 +32,6 @@ struct workqueue_struct;
 struct dentry;
 struct seq_file;
 
-/* Reject reasons as cmecho names them (mapped to enum ib_cm_rej_reason). */
-enum cmecho_rej {
-	CMECHO_REJ_CONSUMER = 0,
-	CMECHO_REJ_VENDOR_OPTION = 1,
-};
-
 /* Implemented in Rust (rust/rdma/id.rs): every CM event of every cmecho id. */
 int cmecho_rs_cm_event(void *ctx, struct rdma_cm_id *id, struct rdma_cm_event *event);
 
@@ -70,7 +64,6 @@ int cmecho_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms);
 int cmecho_cm_set_ack_timeout(struct rdma_cm_id *id, u8 timeout);
 int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer);
 void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos);
-int cmecho_cm_reject(struct rdma_cm_id *id, u8 reason);
 int cmecho_cm_disconnect(struct rdma_cm_id *id);
 int cmecho_ev_type(const struct rdma_cm_event *event);
 int cmecho_ev_status(const struct rdma_cm_event *event);

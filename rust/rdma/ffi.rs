@@ -126,8 +126,9 @@ enum_consts! { c_int:
     RDMA_CM_EVENT_TIMEWAIT_EXIT,
 }
 
-// `enum cmecho_rej`, passed as the `u8` reason of `cmecho_cm_reject`.
+// `enum ib_cm_rej_reason`, passed as the `u8` reason of `rdma_reject`: the reasons
+// `listener.rs` gives.
 enum_consts! { u8:
-    CMECHO_REJ_CONSUMER,
-    CMECHO_REJ_VENDOR_OPTION,
+    IB_CM_REJ_CONSUMER_DEFINED,
+    IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED,
 }

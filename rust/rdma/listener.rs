@@ -19,6 +19,7 @@ use super::id::{CmEvents, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::QpConfig;
+use core::ptr;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
@@ -250,8 +251,10 @@ impl<L: ListenHandler> Listener<L> {
     fn accept(&self, child: *mut ffi::RdmaCmId, ev: &Event) -> Result<(), Verdict> {
         if self.inner.lock().id.is_none() {
             // Stopped, with the destruction of the id deferred: accept nothing.
-            // SAFETY: `child` is the live new id of this CONNECT_REQUEST.
-            let _ = unsafe { ffi::cmecho_cm_reject(child, ffi::CMECHO_REJ_CONSUMER) };
+            // SAFETY: `child` is the live new id of this CONNECT_REQUEST; no private
+            // data (null, length 0).
+            let _ =
+                unsafe { ffi::rdma_reject(child, ptr::null(), 0, ffi::IB_CM_REJ_CONSUMER_DEFINED) };
             return Err(Verdict::DestroyId);
         }
         let req = ConnectRequest {
@@ -263,11 +266,14 @@ impl<L: ListenHandler> Listener<L> {
             Ok(x) => x,
             Err(reason) => {
                 let code = match reason {
-                    RejectReason::Consumer => ffi::CMECHO_REJ_CONSUMER,
-                    RejectReason::VendorOptionNotSupported => ffi::CMECHO_REJ_VENDOR_OPTION,
+                    RejectReason::Consumer => ffi::IB_CM_REJ_CONSUMER_DEFINED,
+                    RejectReason::VendorOptionNotSupported => {
+                        ffi::IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED
+                    }
                 };
-                // SAFETY: `child` is the live new id of this CONNECT_REQUEST.
-                let _ = unsafe { ffi::cmecho_cm_reject(child, code) };
+                // SAFETY: `child` is the live new id of this CONNECT_REQUEST; no
+                // private data (null, length 0).
+                let _ = unsafe { ffi::rdma_reject(child, ptr::null(), 0, code) };
                 return Err(Verdict::DestroyId);
             }
         };
