@@ -83,11 +83,6 @@ void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)
 	id->context = ctx;
 }
 
-void cmecho_cm_destroy_id(struct rdma_cm_id *id)
-{
-	rdma_destroy_id(id);
-}
-
 static int cmecho_parse(struct net *net, const char *addr, u16 port,
 			struct sockaddr_storage *ss)
 {
@@ -120,7 +115,7 @@ int cmecho_parse_addr(struct net *net, const char *addr)
 }
 
 int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
-			   u16 port, int timeout_ms)
+			   u16 port, unsigned long timeout_ms)
 {
 	struct sockaddr_storage ss;
 	int ret;
@@ -144,36 +139,6 @@ int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u
 	if (ret)
 		return ret;
 	return rdma_listen(id, backlog);
-}
-
-int cmecho_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms)
-{
-	return rdma_resolve_route(id, timeout_ms);
-}
-
-int cmecho_cm_set_ack_timeout(struct rdma_cm_id *id, u8 timeout)
-{
-	return rdma_set_ack_timeout(id, timeout);
-}
-
-int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer)
-{
-	return rdma_set_min_rnr_timer(id, timer);
-}
-
-void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos)
-{
-	rdma_set_service_type(id, tos);
-}
-
-const char *cmecho_reject_msg(struct rdma_cm_id *id, int status)
-{
-	return rdma_reject_msg(id, status);
-}
-
-int cmecho_cm_disconnect(struct rdma_cm_id *id)
-{
-	return rdma_disconnect(id);
 }
 
 /* The event's enum rdma_cm_event_type: rust/rdma/event.rs tells the codes apart. */

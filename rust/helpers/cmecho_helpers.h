@@ -3,7 +3,9 @@
  * C helpers of cmecho: the RDMA CM and verbs entry points the Rust side cannot
  * call directly (macros, static inlines, fields of structs without a Rust
  * layout). Scalars and pointers cross the boundary; the one struct Rust lays out,
- * struct ib_cqe, it takes from the kernel's header.
+ * struct ib_cqe, it takes from the kernel's header. The kernel's exported
+ * functions, enums and plain structs need no helper: bindgen takes them from the
+ * kernel's headers (cmecho_bindgen.h), and Rust calls and builds them itself.
  *
  * This header is the only declaration of the helpers: the build runs bindgen over
  * it (Kbuild) and rust/rdma/ffi.rs includes the result, so the Rust callers see
@@ -54,24 +56,17 @@ void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);
 struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx);
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
-void cmecho_cm_destroy_id(struct rdma_cm_id *id);
 int cmecho_parse_addr(struct net *net, const char *addr);
 int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
-			   u16 port, int timeout_ms);
+			   u16 port, unsigned long timeout_ms);
 int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u16 port,
 		     int backlog);
-int cmecho_cm_resolve_route(struct rdma_cm_id *id, int timeout_ms);
-int cmecho_cm_set_ack_timeout(struct rdma_cm_id *id, u8 timeout);
-int cmecho_cm_set_min_rnr_timer(struct rdma_cm_id *id, u8 timer);
-void cmecho_cm_set_tos(struct rdma_cm_id *id, u8 tos);
-int cmecho_cm_disconnect(struct rdma_cm_id *id);
 int cmecho_ev_type(const struct rdma_cm_event *event);
 int cmecho_ev_status(const struct rdma_cm_event *event);
 u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event);
 u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event);
 u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event);
 u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event);
-const char *cmecho_reject_msg(struct rdma_cm_id *id, int status);
 int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len);
 int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);

@@ -87,7 +87,7 @@ use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::{self, QpAttrs, QpConfig};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use kernel::ffi::c_int;
+use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
 use kernel::time::msecs_to_jiffies;
@@ -540,24 +540,19 @@ impl<H: ConnHandler> Conn<H> {
         self.with_id(|id| id.apply_early(&self.params))?;
 
         self.step(ConnectStep::ResolveAddr)?;
-        let timeout = self.params.resolve_timeout_ms;
+        // Both resolutions take an `unsigned long`, which holds every `u32`.
+        let timeout = self.params.resolve_timeout_ms as c_ulong;
         self.resolve("rdma_resolve_addr", ConnState::AddrResolved, |id| {
             // SAFETY: `connect_call` passes a live id (see there).
             unsafe {
-                ffi::cmecho_cm_resolve_addr(
-                    id,
-                    net.as_ptr(),
-                    addr.as_char_ptr(),
-                    port,
-                    timeout as c_int,
-                )
+                ffi::cmecho_cm_resolve_addr(id, net.as_ptr(), addr.as_char_ptr(), port, timeout)
             }
         })?;
 
         self.step(ConnectStep::ResolveRoute)?;
         self.resolve("rdma_resolve_route", ConnState::RouteResolved, |id| {
             // SAFETY: As above.
-            unsafe { ffi::cmecho_cm_resolve_route(id, timeout as c_int) }
+            unsafe { ffi::rdma_resolve_route(id, timeout) }
         })?;
 
         self.step(ConnectStep::CreateQp)?;
@@ -671,7 +666,7 @@ impl<H: ConnHandler> Conn<H> {
                             // SAFETY: The id is live while the lock is held and `g.id`
                             // is `Some`; the CM returns a static string.
                             Some(unsafe {
-                                CStr::from_char_ptr(ffi::cmecho_reject_msg(id.as_ptr(), status))
+                                CStr::from_char_ptr(ffi::rdma_reject_msg(id.as_ptr(), status))
                             })
                         }
                         _ => None,
@@ -835,7 +830,7 @@ impl<H: ConnHandler> Conn<H> {
         if let Some(id) = &g.id {
             // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
             // Its result only says whether the id was connected.
-            let _ = unsafe { ffi::cmecho_cm_disconnect(id.as_ptr()) };
+            let _ = unsafe { ffi::rdma_disconnect(id.as_ptr()) };
         }
     }
 
@@ -928,7 +923,7 @@ impl<H: ConnHandler> Conn<H> {
         };
         if let Some(id) = &id {
             // SAFETY: We own the id (taken out of the shared state above).
-            let _ = unsafe { ffi::cmecho_cm_disconnect(id.as_ptr()) };
+            let _ = unsafe { ffi::rdma_disconnect(id.as_ptr()) };
         }
         if let Some(res) = res {
             // SAFETY: The id under the resources is destroyed only below; this is

@@ -129,7 +129,7 @@ impl IdPtr {
     pub(super) fn destroy(self) {
         // SAFETY: By the type invariant the id is live; consuming `self` makes this
         // the only destruction. The callers never run in this id's handler.
-        unsafe { ffi::cmecho_cm_destroy_id(self.as_ptr()) };
+        unsafe { ffi::rdma_destroy_id(self.as_ptr()) };
     }
 
     /// Gives the id to the CM, which destroys it when the running handler returns.
@@ -140,18 +140,18 @@ impl IdPtr {
         if let Some(t) = p.ack_timeout {
             // SAFETY: The id is live by the type invariant.
             to_step("set_ack_timeout", unsafe {
-                ffi::cmecho_cm_set_ack_timeout(self.as_ptr(), t.exponent())
+                ffi::rdma_set_ack_timeout(self.as_ptr(), t.exponent())
             })?;
         }
         if let Some(t) = p.min_rnr_timer {
             // SAFETY: The id is live by the type invariant.
             to_step("set_min_rnr_timer", unsafe {
-                ffi::cmecho_cm_set_min_rnr_timer(self.as_ptr(), t.code())
+                ffi::rdma_set_min_rnr_timer(self.as_ptr(), t.code())
             })?;
         }
         if let Some(tos) = p.tos {
             // SAFETY: The id is live by the type invariant.
-            unsafe { ffi::cmecho_cm_set_tos(self.as_ptr(), tos) };
+            unsafe { ffi::rdma_set_service_type(self.as_ptr(), c_int::from(tos)) };
         }
         Ok(())
     }
