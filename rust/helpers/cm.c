@@ -197,27 +197,11 @@ int cmecho_cm_route_tclass(struct rdma_cm_id *id)
 }
 
 /*
- * The module's own workqueue, for deferred connection teardown and client setup.
- * Created first at load, destroyed last at unload: destroy_workqueue() waits for
- * every queued item, so no cmecho code runs after the module is gone.
+ * alloc_workqueue() is a macro (allocation profiling hooks); rust/rdma/workqueue.rs
+ * chooses the name and flags, owns the workqueue and destroys it.
  */
-static struct workqueue_struct *cmecho_wq;
-
-int cmecho_wq_init(void)
+struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
+					 int max_active)
 {
-	if (cmecho_wq)
-		return -EBUSY;
-	cmecho_wq = alloc_workqueue("cmecho", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
-	return cmecho_wq ? 0 : -ENOMEM;
-}
-
-void cmecho_wq_exit(void)
-{
-	destroy_workqueue(cmecho_wq);
-	cmecho_wq = NULL;
-}
-
-struct workqueue_struct *cmecho_wq_get(void)
-{
-	return cmecho_wq;
+	return alloc_workqueue("%s", flags, max_active, name);
 }

@@ -48,9 +48,8 @@ int cmecho_seq_write(struct seq_file *m, const char *s, size_t len);
 
 /* cm.c */
 int cmecho_probe_cm_id(u8 ack_timeout);
-int cmecho_wq_init(void);
-void cmecho_wq_exit(void);
-struct workqueue_struct *cmecho_wq_get(void);
+struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
+					 int max_active);
 struct net *cmecho_net_get_current(void);
 void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);

@@ -5,9 +5,16 @@
 //! ULP may [`spawn`] its own work.
 
 use super::ffi;
-use kernel::error::to_result;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::bindings;
 use kernel::prelude::*;
 use kernel::workqueue::{impl_has_work, new_work, Queue, Work, WorkItem};
+
+/// The module's workqueue: null before [`WorkQueue::new`] and after its drop.
+///
+/// Each module that builds this layer (cmecho and the samples) has its own.
+static WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
 /// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
 ///
@@ -15,26 +22,52 @@ use kernel::workqueue::{impl_has_work, new_work, Queue, Work, WorkItem};
 ///
 /// # Invariants
 ///
-/// While a value exists, the module's workqueue exists; there is at most one.
+/// While a value exists, the module's workqueue exists and [`WQ`] points to it;
+/// there is at most one.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
     /// Creates the module's workqueue; `EBUSY` while one exists.
     pub(crate) fn new() -> Result<Self> {
-        // SAFETY: The helper refuses a second workqueue; it may sleep, and this
-        // runs in process context (module init).
-        to_result(unsafe { ffi::cmecho_wq_init() })?;
-        // INVARIANT: The workqueue was created and belongs to this value.
+        if !WQ.load(Ordering::Acquire).is_null() {
+            return Err(EBUSY);
+        }
+        // SAFETY: The name is a NUL-terminated string, which the workqueue copies.
+        // Allocating may sleep, and this runs in process context (module init).
+        let wq = unsafe {
+            ffi::cmecho_wq_alloc(
+                c"cmecho".as_char_ptr(),
+                bindings::wq_flags_WQ_UNBOUND | bindings::wq_flags_WQ_MEM_RECLAIM,
+                0,
+            )
+        };
+        if wq.is_null() {
+            return Err(ENOMEM);
+        }
+        if WQ
+            .compare_exchange(ptr::null_mut(), wq, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another `new` got there first: this one was never used.
+            // SAFETY: `wq` was allocated above and nothing else knows it.
+            unsafe { bindings::destroy_workqueue(wq) };
+            return Err(EBUSY);
+        }
+        // INVARIANT: The workqueue was created, `WQ` points to it, and it belongs
+        // to this value.
         Ok(Self(()))
     }
 }
 
 impl Drop for WorkQueue {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant this value owns the workqueue. Dropped at
-        // module exit, after every other part of the module (configfs, endpoints,
-        // connections) is gone; waits for queued items.
-        unsafe { ffi::cmecho_wq_exit() };
+        let wq = WQ.load(Ordering::Acquire);
+        // SAFETY: By the type invariant `wq` is the live workqueue this value owns.
+        // Dropped at module exit, after every other part of the module (configfs,
+        // endpoints, connections) is gone; waits for queued items, which still find
+        // the workqueue in `WQ` if they queue more.
+        unsafe { bindings::destroy_workqueue(wq) };
+        WQ.store(ptr::null_mut(), Ordering::Release);
     }
 }
 
@@ -44,8 +77,7 @@ impl Drop for WorkQueue {
 /// Items queued on it finish before it is destroyed: the module drops its
 /// [`WorkQueue`] last, when nothing can call this any more.
 fn workqueue() -> Option<&'static Queue> {
-    // SAFETY: Reads a pointer the helper sets at init and clears at exit.
-    let wq = unsafe { ffi::cmecho_wq_get() };
+    let wq = WQ.load(Ordering::Acquire);
     if wq.is_null() {
         return None;
     }
