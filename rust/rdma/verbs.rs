@@ -371,17 +371,21 @@ impl<C: Completion> ResPtr<C> {
         let pd = unsafe { Pd::alloc(dev)? };
         // SAFETY: As above.
         let cq = unsafe { Cq::alloc(dev, nr_cqe)? };
-        // SAFETY: All-zero is a valid `ib_qp_init_attr`: null pointers, no event
-        // handler, zero counts.
-        let mut init: ffi::ib_qp_init_attr = unsafe { core::mem::zeroed() };
-        init.qp_type = ffi::IB_QPT_RC;
-        init.sq_sig_type = ffi::IB_SIGNAL_REQ_WR;
-        init.send_cq = cq.0.as_ptr();
-        init.recv_cq = cq.0.as_ptr();
-        init.cap.max_send_wr = send_wr;
-        init.cap.max_recv_wr = recv_wr;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
+        // No event handler, SRQ or XRC domain; one SGE per work request.
+        let mut init = ffi::ib_qp_init_attr {
+            qp_type: ffi::IB_QPT_RC,
+            sq_sig_type: ffi::IB_SIGNAL_REQ_WR,
+            send_cq: cq.0.as_ptr(),
+            recv_cq: cq.0.as_ptr(),
+            cap: ffi::ib_qp_cap {
+                max_send_wr: send_wr,
+                max_recv_wr: recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                ..Zeroable::zeroed()
+            },
+            ..Zeroable::zeroed()
+        };
         // SAFETY: `id` is live and has no QP yet (the connection creates one once);
         // `pd` and `cq` are live and outlive the QP (`destroy`).
         to_result(unsafe { ffi::rdma_create_qp(idp, pd.0.as_ptr(), &mut init) })?;
