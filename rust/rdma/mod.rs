@@ -17,7 +17,7 @@
 //! | [`conn`] | [`Conn`]: one connection, its state machine and the lock order |
 //! | [`listener`] | [`Listener`]: the passive side |
 //! | [`cq`] | work completions, from the CQ to the connection |
-//! | [`verbs`] | the QP resources: PD, CQ, QP, MRs, buffers, posting |
+//! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order) and posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
 //! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel's RDMA API |
