@@ -82,7 +82,7 @@ use super::cq::{Completion, FromCq, WcError};
 use super::error::{step_err, to_step, StepError};
 use super::event::{Event, EventKind};
 use super::ffi;
-use super::id::{CmEvents, IdPtr, SinkPtr, Verdict};
+use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::{self, QpAttrs, QpConfig};
@@ -1054,7 +1054,7 @@ fn cm_ece(ece: Ece) -> ffi::rdma_ucm_ece {
 }
 
 impl<H: ConnHandler> CmEvents for Conn<H> {
-    fn cm_event(&self, _id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+    fn cm_event(&self, _id: &EventId, ev: &Event) -> Verdict {
         self.inner.lock().handler_task = current_task();
         let verdict = match ev.kind {
             EventKind::AddrResolved => {

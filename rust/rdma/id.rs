@@ -45,10 +45,27 @@ pub(super) enum Verdict {
     DestroyId,
 }
 
+/// The CM id an event is delivered for, while its handler runs.
+///
+/// # Invariants
+///
+/// `self.0` is a live id whose event handler is running. Only
+/// `cmecho_rs_cm_event` makes one, and lends it to the handler by reference, so
+/// it does not outlive the handler. For a `CONNECT_REQUEST` it is the new id,
+/// which nothing owns yet.
+pub(super) struct EventId(NonNull<ffi::RdmaCmId>);
+
+impl EventId {
+    /// The id, for the calls a handler makes on it.
+    pub(super) fn as_ptr(&self) -> *mut ffi::RdmaCmId {
+        self.0.as_ptr()
+    }
+}
+
 /// The receiver of a CM id's events; what the id's context points to, boxed.
 pub(super) trait CmEvents: Send + Sync {
     /// Handles one event of `id`, in the CM's handler context (handler mutex held).
-    fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict;
+    fn cm_event(&self, id: &EventId, ev: &Event) -> Verdict;
 }
 
 /// The boxed receiver an id's `context` points to.
@@ -178,7 +195,12 @@ unsafe extern "C" fn cmecho_rs_cm_event(
     // SAFETY: A non-null context of a cmecho id is a live `SinkPtr` box; its owner
     // frees it only after destroying the id, which waits for this handler.
     let sink: Sink = unsafe { &*ctx.cast::<Sink>() }.clone();
-    let verdict = sink.cm_event(id, &event);
+    let Some(id) = NonNull::new(id) else {
+        return 0;
+    };
+    // INVARIANT: `id` is live by the caller's guarantee, and its handler runs
+    // until this returns; the handler only borrows it.
+    let verdict = sink.cm_event(&EventId(id), &event);
     if verdict == Verdict::DestroyId {
         if event.kind != EventKind::ConnectRequest {
             // The id's own sink: the CM destroys the id when we return, so nothing

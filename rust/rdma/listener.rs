@@ -15,7 +15,7 @@ use super::context::{current_task, in_callback};
 use super::error::{step_err, to_step, StepError};
 use super::event::{Event, EventKind};
 use super::ffi;
-use super::id::{CmEvents, IdPtr, SinkPtr, Verdict};
+use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::QpConfig;
@@ -248,13 +248,19 @@ impl<L: ListenHandler> Listener<L> {
     }
 
     /// Handles a connect request on the new id `child`; on error the caller rejects.
-    fn accept(&self, child: *mut ffi::RdmaCmId, ev: &Event) -> Result<(), Verdict> {
+    fn accept(&self, child: &EventId, ev: &Event) -> Result<(), Verdict> {
         if self.inner.lock().id.is_none() {
             // Stopped, with the destruction of the id deferred: accept nothing.
-            // SAFETY: `child` is the live new id of this CONNECT_REQUEST; no private
-            // data (null, length 0).
-            let _ =
-                unsafe { ffi::rdma_reject(child, ptr::null(), 0, ffi::IB_CM_REJ_CONSUMER_DEFINED) };
+            // SAFETY: `child` is the live new id of this CONNECT_REQUEST (`EventId`);
+            // no private data (null, length 0).
+            let _ = unsafe {
+                ffi::rdma_reject(
+                    child.as_ptr(),
+                    ptr::null(),
+                    0,
+                    ffi::IB_CM_REJ_CONSUMER_DEFINED,
+                )
+            };
             return Err(Verdict::DestroyId);
         }
         let req = ConnectRequest {
@@ -271,9 +277,9 @@ impl<L: ListenHandler> Listener<L> {
                         ffi::IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED
                     }
                 };
-                // SAFETY: `child` is the live new id of this CONNECT_REQUEST; no
-                // private data (null, length 0).
-                let _ = unsafe { ffi::rdma_reject(child, ptr::null(), 0, code) };
+                // SAFETY: `child` is the live new id of this CONNECT_REQUEST
+                // (`EventId`); no private data (null, length 0).
+                let _ = unsafe { ffi::rdma_reject(child.as_ptr(), ptr::null(), 0, code) };
                 return Err(Verdict::DestroyId);
             }
         };
@@ -290,8 +296,9 @@ impl<L: ListenHandler> Listener<L> {
             }
         };
         // SAFETY: `child` is the live new id of this CONNECT_REQUEST, whose handler
-        // runs this, and nothing else owns it; `conn` is a new passive connection.
-        match unsafe { conn.accept(child, &self.handler.qp_config()) } {
+        // runs this, and nothing else owns it (`EventId`); `conn` is a new passive
+        // connection.
+        match unsafe { conn.accept(child.as_ptr(), &self.handler.qp_config()) } {
             Ok(()) => {
                 self.handler.accepted(conn.clone());
                 conn.accept_done();
@@ -306,7 +313,7 @@ impl<L: ListenHandler> Listener<L> {
 }
 
 impl<L: ListenHandler> CmEvents for Listener<L> {
-    fn cm_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+    fn cm_event(&self, id: &EventId, ev: &Event) -> Verdict {
         let me = current_task();
         let slot = {
             let mut g = self.inner.lock();
@@ -325,7 +332,7 @@ impl<L: ListenHandler> CmEvents for Listener<L> {
 }
 
 impl<L: ListenHandler> Listener<L> {
-    fn listener_event(&self, id: *mut ffi::RdmaCmId, ev: &Event) -> Verdict {
+    fn listener_event(&self, id: &EventId, ev: &Event) -> Verdict {
         match ev.kind {
             EventKind::ConnectRequest => match self.accept(id, ev) {
                 Ok(()) => Verdict::Keep,
