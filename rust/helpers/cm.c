@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * RDMA CM helpers for cmecho's Rust layer (rust/rdma/id.rs, conn.rs, listener.rs).
+ * RDMA CM helpers for cmecho's Rust layer (rust/rdma/id.rs, event.rs, netns.rs,
+ * conn.rs, listener.rs, workqueue.rs).
  *
- * rdma_create_id() is a macro that passes KBUILD_MODNAME, which only a C
- * translation unit of this module has; the structs the CM hands out (events, ids
- * with their routes) have no Rust layout. The helpers here call the CM on Rust's
- * behalf where Rust cannot, and read single fields of those structs. They hold no
- * policy: the order of calls is decided, and enforced, in Rust, and so are the
- * meaning of event codes and the connection parameters (rust/rdma/event.rs,
- * conn.rs), from the kernel's own declarations.
+ * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
+ * inlines; the structs the CM hands out (events, ids with their routes) and
+ * struct sockaddr_storage have no Rust layout. The helpers here make those calls,
+ * read single fields, and turn an address string into the sockaddr the CM takes
+ * (parse, then bind and listen, or resolve). None keeps anything between calls.
+ * The order of the CM calls that matter for the connection parameters, the
+ * meaning of event codes and the connection parameters themselves are Rust's
+ * (rust/rdma/id.rs, event.rs, conn.rs), from the kernel's own declarations.
  */
 #include <linux/ctype.h>
 #include <linux/err.h>
@@ -17,7 +19,6 @@
 #include <linux/sched.h>
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
-#include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 

@@ -2,18 +2,20 @@
 /*
  * C helpers of cmecho: the RDMA CM and verbs entry points the Rust side cannot
  * call directly (macros, static inlines, fields of structs without a Rust
- * layout). Scalars and pointers cross the boundary; the one struct Rust lays out,
- * struct ib_cqe, it takes from the kernel's header. The kernel's exported
+ * layout). Scalars and pointers cross the boundary; the structs Rust lays out
+ * (struct ib_cqe, the QP's init attributes, the connection parameters) it takes
+ * from the kernel's headers. The kernel's exported
  * functions, enums and plain structs need no helper: bindgen takes them from the
  * kernel's headers (cmecho_bindgen.h), and Rust calls and builds them itself.
  *
  * This header is the only declaration of the helpers: the build runs bindgen over
  * it (Kbuild) and rust/rdma/ffi.rs includes the result, so the Rust callers see
  * every prototype and enum value as it is here, and a change they no longer fit
- * fails the build. Of this header only cmecho_* and CMECHO_* names are taken
- * (rust/helpers/cmecho_bindgen.h adds the kernel's). The one function Rust
- * implements, cmecho_rs_cm_event, is checked the other way: rust/rdma/id.rs
- * fails to build if its definition does not have the prototype below.
+ * fails the build. Of this header only cmecho_* names are taken
+ * (rust/helpers/cmecho_bindgen.h adds the kernel's). The two functions Rust
+ * implements, cmecho_rs_cm_event and cmecho_rs_debugfs_show, are checked the
+ * other way: rust/rdma/id.rs and debugfs.rs fail to build if a definition does
+ * not have the prototype below.
  */
 #ifndef CMECHO_HELPERS_H
 #define CMECHO_HELPERS_H

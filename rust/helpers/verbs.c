@@ -6,8 +6,9 @@
  * (ib_dealloc_pd, ib_dereg_mr, the ib_dma_* family, ib_post_send/ib_post_recv)
  * and fields of structs the Rust side has no layout for (the CM id's device and
  * QP, the PD's lkey, a work completion, the attributes ib_query_qp fills in, the
- * work requests). Each helper does one kernel operation; the objects, their
- * bounds checks and their teardown order belong to verbs.rs.
+ * work requests Rust has no layout for). The helpers keep nothing between
+ * calls; the objects, their bounds checks and their teardown order belong to
+ * verbs.rs.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>

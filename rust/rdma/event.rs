@@ -55,7 +55,9 @@ pub(crate) enum EventKind {
     DeviceRemoval,
     /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`.
     TimewaitExit,
-    /// Any other event (multicast, address change, connect response).
+    /// Any other code: the events the layer does not use (connect response,
+    /// multicast, address change, address info, user and internal events) and
+    /// codes the CM does not define.
     Other,
 }
 
@@ -216,6 +218,9 @@ mod tests {
             ffi::RDMA_CM_EVENT_MULTICAST_JOIN as c_int,
             ffi::RDMA_CM_EVENT_MULTICAST_ERROR as c_int,
             ffi::RDMA_CM_EVENT_ADDR_CHANGE as c_int,
+            ffi::RDMA_CM_EVENT_ADDRINFO_RESOLVED as c_int,
+            ffi::RDMA_CM_EVENT_ADDRINFO_ERROR as c_int,
+            ffi::RDMA_CM_EVENT_USER as c_int,
             ffi::RDMA_CM_EVENT_INTERNAL as c_int,
             -1,
             ffi::RDMA_CM_EVENT_INTERNAL as c_int + 1,

@@ -18,8 +18,9 @@
 //!
 //! One thing stays by hand, and the build checks it: the enum constants are
 //! re-typed for their users (the build fails if a value does not fit). The
-//! function Rust implements for the C side, `cmecho_rs_cm_event`, is declared
-//! here too: `id.rs` checks that its definition has the declared type.
+//! functions Rust implements for the C side, `cmecho_rs_cm_event` and
+//! `cmecho_rs_debugfs_show`, are declared here too: `id.rs` and `debugfs.rs`
+//! check that their definitions have the declared types.
 
 use kernel::ffi::c_int;
 

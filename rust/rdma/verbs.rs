@@ -11,7 +11,9 @@
 //! drops the rest in the order MRs and buffers, CQ, PD, and last the [`Cqe`]s
 //! the work requests pointed to. Every index, tag and length a caller passes is
 //! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
-//! cannot (macros, static inlines, fields of structs without a Rust layout).
+//! cannot (macros, static inlines, fields of structs without a Rust layout), and
+//! builds the work requests, the registration's included (its access flags and
+//! rkey bump).
 //! Buffers the peer accesses are exposed only through fast-registration MRs,
 //! never a global rkey.
 //!
