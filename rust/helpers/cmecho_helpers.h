@@ -49,7 +49,6 @@ void cmecho_debugfs_remove(struct dentry *dentry);
 int cmecho_seq_write(struct seq_file *m, const char *s, size_t len);
 
 /* cm.c */
-int cmecho_probe_cm_id(u8 ack_timeout);
 struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
 					 int max_active);
 struct net *cmecho_net_get_current(void);

@@ -19,7 +19,8 @@ use super::event::{Event, EventKind};
 use super::ffi;
 use super::netns::NetNs;
 use super::params::ConnParams;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
+use kernel::bindings;
 use kernel::error::{from_err_ptr, to_result};
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
@@ -30,10 +31,21 @@ use kernel::sync::Arc;
 /// Creates an RC CM id in the initial network namespace, sets its ack timeout to
 /// `ack_timeout` and destroys it. Needs no RDMA device.
 pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
-    // SAFETY: `cmecho_probe_cm_id` takes a plain integer, owns every object it
-    // creates and destroys each before returning; it may sleep, and module init
-    // runs in process context.
-    to_result(unsafe { ffi::cmecho_probe_cm_id(ack_timeout) })
+    // SAFETY: `init_net` lives as long as the kernel. The id has no context: it is
+    // never bound, resolved or connected, so no event can come, and
+    // `cmecho_rs_cm_event` would ignore one.
+    let id = from_err_ptr(unsafe {
+        ffi::cmecho_cm_create_id(
+            (&raw mut bindings::init_net).cast::<ffi::Net>(),
+            ptr::null_mut(),
+        )
+    })?;
+    // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
+    let id = IdPtr(NonNull::new(id).ok_or(ENOMEM)?);
+    // SAFETY: The id is live.
+    let r = to_result(unsafe { ffi::rdma_set_ack_timeout(id.as_ptr(), ack_timeout) });
+    id.destroy();
+    r
 }
 
 /// What an event handler asks of the CM once it returns.
