@@ -4,17 +4,13 @@
  * conn.rs, listener.rs, workqueue.rs).
  *
  * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
- * inlines; the structs the CM hands out (events, ids with their routes) and
- * struct sockaddr_storage have no Rust layout. The helpers here make those calls,
- * read single fields, and turn an address string into the sockaddr the CM takes
- * (parse, then bind and listen, or resolve). None keeps anything between calls.
- * The order of the CM calls that matter for the connection parameters, the
- * meaning of event codes and the connection parameters themselves are Rust's
- * (rust/rdma/id.rs, event.rs, conn.rs), from the kernel's own declarations.
+ * inlines, and the structs the CM hands out (events, ids with their routes) have
+ * no Rust layout. The helpers here make those calls and read single fields; none
+ * keeps anything between calls. The order of the CM calls, the meaning of event
+ * codes, the addresses and the connection parameters are Rust's (rust/rdma/),
+ * from the kernel's own declarations.
  */
-#include <linux/ctype.h>
 #include <linux/err.h>
-#include <linux/inet.h>
 #include <linux/nsproxy.h>
 #include <linux/sched.h>
 #include <linux/workqueue.h>
@@ -53,64 +49,6 @@ struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx)
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)
 {
 	id->context = ctx;
-}
-
-static int cmecho_parse(struct net *net, const char *addr, u16 port,
-			struct sockaddr_storage *ss)
-{
-	char port_str[8];
-
-	snprintf(port_str, sizeof(port_str), "%u", port);
-	return inet_pton_with_scope(net, AF_UNSPEC, addr, port_str, ss);
-}
-
-/*
- * Whether @addr is exactly one address, a scope naming an interface of @net.
- * in4_pton() stops at a colon or a newline, so an IPv4 address is also checked
- * to be nothing but digits and dots ("10.0.0.1:80" is not an address).
- */
-int cmecho_parse_addr(struct net *net, const char *addr)
-{
-	struct sockaddr_storage ss;
-	const char *c;
-	int ret;
-
-	ret = cmecho_parse(net, addr, 0, &ss);
-	if (ret)
-		return ret;
-	if (ss.ss_family == AF_INET) {
-		for (c = addr; *c; c++)
-			if (!isdigit(*c) && *c != '.')
-				return -EINVAL;
-	}
-	return 0;
-}
-
-int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
-			   u16 port, unsigned long timeout_ms)
-{
-	struct sockaddr_storage ss;
-	int ret;
-
-	ret = cmecho_parse(net, addr, port, &ss);
-	if (ret)
-		return ret;
-	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, timeout_ms);
-}
-
-int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u16 port,
-		     int backlog)
-{
-	struct sockaddr_storage ss;
-	int ret;
-
-	ret = cmecho_parse(net, addr, port, &ss);
-	if (ret)
-		return ret;
-	ret = rdma_bind_addr(id, (struct sockaddr *)&ss);
-	if (ret)
-		return ret;
-	return rdma_listen(id, backlog);
 }
 
 /* The event's enum rdma_cm_event_type: rust/rdma/event.rs tells the codes apart. */

@@ -56,11 +56,6 @@ void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);
 struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx);
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
-int cmecho_parse_addr(struct net *net, const char *addr);
-int cmecho_cm_resolve_addr(struct rdma_cm_id *id, struct net *net, const char *addr,
-			   u16 port, unsigned long timeout_ms);
-int cmecho_cm_listen(struct rdma_cm_id *id, struct net *net, const char *addr, u16 port,
-		     int backlog);
 int cmecho_ev_type(const struct rdma_cm_event *event);
 int cmecho_ev_status(const struct rdma_cm_event *event);
 u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event);

@@ -86,6 +86,7 @@ use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece};
 use super::verbs::{self, QpAttrs, QpConfig};
+use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
@@ -543,9 +544,13 @@ impl<H: ConnHandler> Conn<H> {
         // Both resolutions take an `unsigned long`, which holds every `u32`.
         let timeout = self.params.resolve_timeout_ms as c_ulong;
         self.resolve("rdma_resolve_addr", ConnState::AddrResolved, |id| {
-            // SAFETY: `connect_call` passes a live id (see there).
-            unsafe {
-                ffi::cmecho_cm_resolve_addr(id, net.as_ptr(), addr.as_char_ptr(), port, timeout)
+            match net.sockaddr(addr, port) {
+                // SAFETY: `connect_call` passes a live id (see there); the address
+                // is valid storage the CM only reads; no source address.
+                Ok(sa) => unsafe {
+                    ffi::rdma_resolve_addr(id, ptr::null_mut(), sa.as_ptr(), timeout)
+                },
+                Err(e) => e.to_errno(),
             }
         })?;
 

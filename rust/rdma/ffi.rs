@@ -69,6 +69,9 @@ opaque! {
     IbXrcd,
     /// `struct ib_rwq_ind_table`.
     IbRwqIndTable,
+    /// `struct sockaddr`, of which the layer only passes a
+    /// `struct sockaddr_storage` as the CM takes it.
+    Sockaddr,
 }
 
 /// What bindgen makes of `rust/helpers/cmecho_helpers.h`, with the opaque types
@@ -84,7 +87,7 @@ mod generated {
         Dentry as dentry, IbCq as ib_cq, IbDevice as ib_device, IbEvent as ib_event, IbMr as ib_mr,
         IbPd as ib_pd, IbQp as ib_qp, IbRwqIndTable as ib_rwq_ind_table, IbSrq as ib_srq,
         IbWc as ib_wc, IbXrcd as ib_xrcd, Net as net, RdmaCmEvent as rdma_cm_event,
-        RdmaCmId as rdma_cm_id, SeqFile as seq_file,
+        RdmaCmId as rdma_cm_id, SeqFile as seq_file, Sockaddr as sockaddr,
     };
     use kernel::bindings::workqueue_struct;
     use kernel::ffi;

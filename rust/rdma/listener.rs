@@ -153,11 +153,19 @@ impl<L: ListenHandler> Listener<L> {
         }
         // Not under the lock: `rdma_listen` on a wildcard address may destroy
         // per-device ids, waiting for their handlers, which take the lock.
-        let (netp, addrp) = (net.as_ptr(), addr.as_char_ptr());
-        // SAFETY: The id is live: while `starting` is set a device removal leaves
-        // it to us, and `stop` cannot be called yet (no one else has the listener
-        // but its own event handler, which does not stop it).
-        let ret = unsafe { ffi::cmecho_cm_listen(raw, netp, addrp, port, LISTEN_BACKLOG) };
+        // Parse, bind, listen: a failure of any is the listen step's.
+        let ret = match net.sockaddr(addr, port) {
+            Err(e) => e.to_errno(),
+            // SAFETY: The id is live: while `starting` is set a device removal
+            // leaves it to us, and `stop` cannot be called yet (no one else has the
+            // listener but its own event handler, which does not stop it). The
+            // address is valid storage the CM only reads.
+            Ok(sa) => match unsafe { ffi::rdma_bind_addr(raw, sa.as_ptr()) } {
+                // SAFETY: As above.
+                0 => unsafe { ffi::rdma_listen(raw, LISTEN_BACKLOG) },
+                e => e,
+            },
+        };
         let removed = {
             let mut g = l.inner.lock();
             g.starting = false;
