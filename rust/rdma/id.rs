@@ -19,6 +19,7 @@ use super::event::{Event, EventKind};
 use super::ffi;
 use super::netns::NetNs;
 use super::params::ConnParams;
+use core::cell::Cell;
 use core::ptr::{self, NonNull};
 use kernel::bindings;
 use kernel::error::{from_err_ptr, to_result};
@@ -61,16 +62,23 @@ pub(super) enum Verdict {
 ///
 /// # Invariants
 ///
-/// `self.0` is a live id whose event handler is running. Only
-/// `cmecho_rs_cm_event` makes one, and lends it to the handler by reference, so
-/// it does not outlive the handler. For a `CONNECT_REQUEST` it is the new id,
-/// which nothing owns yet.
-pub(super) struct EventId(NonNull<ffi::RdmaCmId>);
+/// `id` is a live id whose event handler is running. Only `cmecho_rs_cm_event`
+/// makes one, and lends it to the handler by reference, so it does not outlive
+/// the handler. `unowned` is true only for the new id of a `CONNECT_REQUEST`
+/// (as the CM's event says, not as a handler may claim) that no value has taken
+/// yet.
+pub(super) struct EventId {
+    id: NonNull<ffi::RdmaCmId>,
+    unowned: Cell<bool>,
+}
 
 impl EventId {
-    /// The id, for the calls a handler makes on it.
-    pub(super) fn as_ptr(&self) -> *mut ffi::RdmaCmId {
-        self.0.as_ptr()
+    /// The new id of a `CONNECT_REQUEST`, owned by nothing: returned once, to the
+    /// one that takes ownership of it ([`IdPtr::adopt`]); `None` afterwards and
+    /// for any other event.
+    pub(super) fn take_new(&self) -> Option<*mut ffi::RdmaCmId> {
+        // INVARIANT: Once taken, it is no longer unowned.
+        self.unowned.replace(false).then_some(self.id.as_ptr())
     }
 }
 
@@ -211,8 +219,13 @@ unsafe extern "C" fn cmecho_rs_cm_event(
         return 0;
     };
     // INVARIANT: `id` is live by the caller's guarantee, and its handler runs
-    // until this returns; the handler only borrows it.
-    let verdict = sink.cm_event(&EventId(id), &event);
+    // until this returns; the handler only borrows it. The CM passes the new id
+    // with a `CONNECT_REQUEST`, which it created for this event and nothing owns.
+    let eid = EventId {
+        id,
+        unowned: Cell::new(event.kind == EventKind::ConnectRequest),
+    };
+    let verdict = sink.cm_event(&eid, &event);
     if verdict == Verdict::DestroyId {
         if event.kind != EventKind::ConnectRequest {
             // The id's own sink: the CM destroys the id when we return, so nothing

@@ -255,20 +255,19 @@ impl<L: ListenHandler> Listener<L> {
         }
     }
 
-    /// Handles a connect request on the new id `child`; on error the caller rejects.
-    fn accept(&self, child: &EventId, ev: &Event) -> Result<(), Verdict> {
+    /// Handles a connect request on its new id `id`: accepts it, or rejects it
+    /// and has the CM destroy it. Anything but a connect request's new id, not
+    /// yet taken, is left alone.
+    fn accept(&self, id: &EventId, ev: &Event) -> Result<(), Verdict> {
+        let Some(child) = id.take_new() else {
+            return Err(Verdict::Keep);
+        };
         if self.inner.lock().id.is_none() {
             // Stopped, with the destruction of the id deferred: accept nothing.
             // SAFETY: `child` is the live new id of this CONNECT_REQUEST (`EventId`);
             // no private data (null, length 0).
-            let _ = unsafe {
-                ffi::rdma_reject(
-                    child.as_ptr(),
-                    ptr::null(),
-                    0,
-                    ffi::IB_CM_REJ_CONSUMER_DEFINED,
-                )
-            };
+            let _ =
+                unsafe { ffi::rdma_reject(child, ptr::null(), 0, ffi::IB_CM_REJ_CONSUMER_DEFINED) };
             return Err(Verdict::DestroyId);
         }
         let req = ConnectRequest {
@@ -287,7 +286,7 @@ impl<L: ListenHandler> Listener<L> {
                 };
                 // SAFETY: `child` is the live new id of this CONNECT_REQUEST
                 // (`EventId`); no private data (null, length 0).
-                let _ = unsafe { ffi::rdma_reject(child.as_ptr(), ptr::null(), 0, code) };
+                let _ = unsafe { ffi::rdma_reject(child, ptr::null(), 0, code) };
                 return Err(Verdict::DestroyId);
             }
         };
@@ -304,9 +303,9 @@ impl<L: ListenHandler> Listener<L> {
             }
         };
         // SAFETY: `child` is the live new id of this CONNECT_REQUEST, whose handler
-        // runs this, and nothing else owns it (`EventId`); `conn` is a new passive
-        // connection.
-        match unsafe { conn.accept(child.as_ptr(), &self.handler.qp_config()) } {
+        // runs this, and nothing else owns it: `EventId::take_new` hands it out
+        // once; `conn` is a new passive connection.
+        match unsafe { conn.accept(child, &self.handler.qp_config()) } {
             Ok(()) => {
                 self.handler.accepted(conn.clone());
                 conn.accept_done();
