@@ -160,7 +160,7 @@ impl<L: ListenHandler> Listener<L> {
             // leaves it to us, and `stop` cannot be called yet (no one else has the
             // listener but its own event handler, which does not stop it). The
             // address is valid storage the CM only reads.
-            Ok(sa) => match unsafe { ffi::rdma_bind_addr(raw, sa.as_ptr()) } {
+            Ok(sa) => match unsafe { ffi::rdma_bind_addr(raw, sa.as_ptr().cast_mut()) } {
                 // SAFETY: As above.
                 0 => unsafe { ffi::rdma_listen(raw, LISTEN_BACKLOG) },
                 e => e,

@@ -10,7 +10,6 @@ use core::ptr::NonNull;
 use kernel::bindings;
 use kernel::error::to_result;
 use kernel::prelude::*;
-use kernel::str::CString;
 
 /// A reference on a network namespace.
 ///
@@ -40,7 +39,9 @@ impl NetNs {
     }
 
     /// Whether `addr` is exactly one IPv4 or IPv6 address, nothing after it, with
-    /// an optional `%scope` naming an interface of this namespace.
+    /// an optional `%scope` as `inet_pton_with_scope()` takes it: an interface of
+    /// this namespace by name or number, ignored on an address that is not
+    /// link-local.
     ///
     /// `in4_pton()` stops at a colon or a newline, so an IPv4 address is also
     /// checked to be nothing but digits and dots (`10.0.0.1:80` is not one).
@@ -55,10 +56,11 @@ impl NetNs {
         }
     }
 
-    /// `addr` (IPv4 or IPv6, with an optional `%scope` naming an interface of this
-    /// namespace) and `port`, as the CM takes an address (`inet_pton_with_scope`).
+    /// `addr` (IPv4 or IPv6, with an optional `%scope`, see
+    /// [`NetNs::valid_addr`]) and `port`, as the CM takes an address
+    /// (`inet_pton_with_scope`).
     pub(super) fn sockaddr(&self, addr: &CStr, port: u16) -> Result<SockAddr> {
-        let port = CString::try_from_fmt(fmt!("{port}"))?;
+        let port = PortStr::new(port);
         let mut ss: ffi::__kernel_sockaddr_storage = Zeroable::zeroed();
         // SAFETY: By the type invariant `self.0` is a valid `struct net`; `addr` and
         // `port` are NUL-terminated strings the function only reads; `ss` is
@@ -92,15 +94,60 @@ pub(super) struct SockAddr(ffi::__kernel_sockaddr_storage);
 
 impl SockAddr {
     fn is_ipv4(&self) -> bool {
-        // SAFETY: Both members of the union are plain data, and every bit pattern
-        // is a valid family number.
+        // SAFETY: The storage was zeroed and then filled by `inet_pton_with_scope`,
+        // so every byte of the union is initialised; its members are plain data.
         let family = unsafe { self.0.__bindgen_anon_1.__bindgen_anon_1.ss_family };
         u32::from(family) == bindings::AF_INET
     }
 
-    /// The address as the CM's functions take it (`struct sockaddr *`), which
-    /// they only read.
-    pub(super) fn as_ptr(&self) -> *mut ffi::Sockaddr {
-        core::ptr::from_ref(&self.0).cast_mut().cast()
+    /// The address as the CM's functions take it (`struct sockaddr *`). They only
+    /// read it; `rdma_bind_addr` declares it writable.
+    pub(super) fn as_ptr(&self) -> *const ffi::Sockaddr {
+        core::ptr::from_ref(&self.0).cast()
+    }
+}
+
+/// A port number as decimal text, NUL-terminated, without allocating.
+struct PortStr([u8; 6]);
+
+impl PortStr {
+    fn new(port: u16) -> Self {
+        let mut digits = [0u8; 5];
+        let (mut n, mut len) = (port, 0);
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut s = [0u8; 6];
+        for (i, d) in digits[..len].iter().rev().enumerate() {
+            s[i] = *d;
+        }
+        Self(s)
+    }
+
+    fn as_char_ptr(&self) -> *const kernel::ffi::c_char {
+        self.0.as_ptr().cast()
+    }
+}
+
+#[kernel::prelude::kunit_tests(cmecho_netns)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_decimal_text() {
+        for (port, text) in [
+            (0u16, &b"0\0\0\0\0\0"[..]),
+            (7, b"7\0\0\0\0\0"),
+            (10, b"10\0\0\0\0"),
+            (7174, b"7174\0\0"),
+            (65535, b"65535\0"),
+        ] {
+            assert_eq!(&PortStr::new(port).0[..], text);
+        }
     }
 }

@@ -1,12 +1,12 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# cmecho's KUnit suites (value types, CM event decoding, setup errors, rping wire
-# format, native echo, stats) run at module load.
+# cmecho's KUnit suites (value types, CM event decoding, setup errors, port
+# text, rping wire format, native echo, stats) run at module load.
 . "$(dirname "$0")/lib.sh"
 
-SUITES="cmecho_params cmecho_event cmecho_step_error cmecho_rping cmecho_native cmecho_stats"
+SUITES="cmecho_params cmecho_event cmecho_step_error cmecho_netns cmecho_rping cmecho_native cmecho_stats"
 ktap_print_header
-ktap_set_plan 7
+ktap_set_plan 8
 dmesg_mark
 debugfs_on
 load_cmecho
