@@ -5,8 +5,9 @@
  *
  * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
  * inlines, and the structs the CM hands out (events, ids with their routes) have
- * no Rust layout. The helpers here make those calls and read single fields; none
- * keeps anything between calls. The order of the CM calls, the meaning of event
+ * no Rust layout. The helpers here make those calls (every id an RC id in the
+ * TCP port space, the one kind the layer has) and read or set single fields;
+ * none keeps anything between calls. The order of the CM calls, the meaning of event
  * codes, the addresses and the connection parameters are Rust's (rust/rdma/),
  * from the kernel's own declarations.
  */

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Declarations of cmecho's own C helpers (`rust/helpers/*.c`) and of the parts of
-//! the kernel's RDMA API the layer calls directly.
+//! the kernel's RDMA API (and address parsing) the layer calls directly.
 //!
-//! None is written by hand: the build runs bindgen over the helpers' header and
-//! the kernel's RDMA headers (`rust/helpers/cmecho_bindgen.h`) into
-//! `rust/rdma/ffi_generated.rs` (`Kbuild`, which names every kernel item taken),
+//! None is written by hand: the build runs bindgen over the helpers' header, the
+//! kernel's RDMA headers and `<linux/inet.h>` (`rust/helpers/cmecho_bindgen.h`)
+//! into `rust/rdma/ffi_generated.rs` (`Kbuild`, which names every kernel item taken),
 //! and this module includes and re-exports the result. A prototype, an enum value
 //! or a struct that changes in a header thus changes here too, and a caller that
 //! no longer fits fails to compile. Items keep their C names and types: `u8` is

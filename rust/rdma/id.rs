@@ -34,7 +34,8 @@ use kernel::sync::Arc;
 pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
     // SAFETY: `init_net` lives as long as the kernel. The id has no context: it is
     // never bound, resolved or connected, so no event can come, and
-    // `cmecho_rs_cm_event` would ignore one.
+    // `cmecho_rs_cm_event` would ignore one. Creating it may sleep; module init
+    // runs in process context.
     let id = from_err_ptr(unsafe {
         ffi::cmecho_cm_create_id(
             (&raw mut bindings::init_net).cast::<ffi::Net>(),

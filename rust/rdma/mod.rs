@@ -9,7 +9,7 @@
 //! | File | What |
 //! |---|---|
 //! | [`params`] | the value types of the connection knobs, and [`ConnParams`] that carries them |
-//! | [`netns`] | [`NetNs`], a reference on the network namespace an id lives in |
+//! | [`netns`] | [`NetNs`], a reference on the network namespace an id lives in, and addresses parsed in it |
 //! | [`event`] | CM events decoded into plain values |
 //! | [`id`] | ownership of CM ids and their context; the C entry point of their events |
 //! | [`error`] | [`StepError`]: which setup step failed, and why |
@@ -20,7 +20,7 @@
 //! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order) and posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
-//! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel's RDMA API |
+//! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel functions, enums and structs the layer uses |
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 //!

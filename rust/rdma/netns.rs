@@ -3,7 +3,8 @@
 //! A counted reference on a network namespace, where a CM id lives, and the
 //! addresses parsed in it.
 //!
-//! C header: [`include/net/net_namespace.h`](srctree/include/net/net_namespace.h)
+//! C headers: [`include/net/net_namespace.h`](srctree/include/net/net_namespace.h),
+//! [`include/linux/inet.h`](srctree/include/linux/inet.h)
 
 use super::ffi;
 use core::ptr::NonNull;
