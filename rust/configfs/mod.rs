@@ -308,10 +308,10 @@ endpoint_attr!(13,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.min_rnr_timer)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("min_rnr_timer", |c| {
         const MSG: &str = "must be unset or an IBTA RNR timer code 0..31 (0 = 655.36 ms)";
-        c.min_rnr_timer = match opt_number(page, 0u8, MinRnrTimer::MAX, MSG)? {
-            Some(v) => Some(MinRnrTimer::new(v).map_err(|_| MSG)?),
-            None => None,
-        };
+        c.min_rnr_timer = opt_number(page, 0u8, MinRnrTimer::MAX, MSG)?
+            .map(MinRnrTimer::new)
+            .transpose()
+            .map_err(|_| MSG)?;
         Ok(())
     }),
 );
@@ -320,10 +320,10 @@ endpoint_attr!(14,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("retry_count", |c| {
         const MSG: &str = "must be unset or 0..7 (7 is infinite on rxe)";
-        c.retry_count = match opt_number(page, 0u8, RetryCount::MAX, MSG)? {
-            Some(v) => Some(RetryCount::new(v).map_err(|_| MSG)?),
-            None => None,
-        };
+        c.retry_count = opt_number(page, 0u8, RetryCount::MAX, MSG)?
+            .map(RetryCount::new)
+            .transpose()
+            .map_err(|_| MSG)?;
         Ok(())
     }),
 );
@@ -332,10 +332,10 @@ endpoint_attr!(15,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.rnr_retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("rnr_retry_count", |c| {
         const MSG: &str = "must be unset or 0..7 (7 is infinite)";
-        c.rnr_retry_count = match opt_number(page, 0u8, RetryCount::MAX, MSG)? {
-            Some(v) => Some(RetryCount::new(v).map_err(|_| MSG)?),
-            None => None,
-        };
+        c.rnr_retry_count = opt_number(page, 0u8, RetryCount::MAX, MSG)?
+            .map(RetryCount::new)
+            .transpose()
+            .map_err(|_| MSG)?;
         Ok(())
     }),
 );
