@@ -254,8 +254,9 @@ impl DmaBuf {
     }
 
     /// Whether bytes `off..off + len` are in the buffer.
-    fn holds(&self, off: u32, len: u32) -> bool {
-        off <= self.len && len <= self.len - off
+    fn holds(&self, off: usize, len: usize) -> bool {
+        off.checked_add(len)
+            .is_some_and(|end| end <= self.len as usize)
     }
 
     fn sync(&self, for_cpu: bool) {
@@ -494,7 +495,7 @@ impl<C: Completion> ResPtr<C> {
     fn prep(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result<(*mut ffi::ib_cqe, u64)> {
         let cqe = self.cqe(tag)?;
         let b = self.slot(idx)?;
-        if !b.holds(off, len) {
+        if !b.holds(off as usize, len as usize) {
             return Err(EINVAL);
         }
         Ok((cqe, b.dma + u64::from(off)))
@@ -524,12 +525,6 @@ impl<C: Completion> ResPtr<C> {
         Ok((rkey, addr))
     }
 
-    /// The CPU address and length of buffer `idx`, if it is allocated.
-    fn buf(&self, idx: u32) -> Result<(*mut u8, usize)> {
-        let b = self.slot(idx)?;
-        Ok((b.cpu.as_ptr(), b.len as usize))
-    }
-
     /// Runs `f` on the address of bytes `off..off + len` of buffer `idx`, synced for
     /// the CPU before and for the device after; `EINVAL` when they are not in it.
     fn access<R>(
@@ -540,9 +535,8 @@ impl<C: Completion> ResPtr<C> {
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R> {
         let b = self.slot(idx)?;
-        match off.checked_add(len) {
-            Some(end) if end <= b.len as usize => {}
-            _ => return Err(EINVAL),
+        if !b.holds(off, len) {
+            return Err(EINVAL);
         }
         b.sync(true);
         // SAFETY: `off` is within the buffer, checked above.
@@ -618,9 +612,8 @@ impl<C: Completion> ResPtr<C> {
 
     /// Whether buffers `a` and `b` have the same length and bytes.
     pub(crate) fn same_bytes(&self, a: u32, b: u32) -> Result<bool> {
-        let (_, len) = self.buf(a)?;
-        let (_, lb) = self.buf(b)?;
-        if lb != len {
+        let len = self.slot(a)?.len as usize;
+        if self.slot(b)?.len as usize != len {
             return Ok(false);
         }
         if a == b {
