@@ -7,10 +7,12 @@
 //! [`include/linux/inet.h`](srctree/include/linux/inet.h)
 
 use super::ffi;
+use core::fmt::Write;
 use core::ptr::NonNull;
 use kernel::bindings;
 use kernel::error::to_result;
 use kernel::prelude::*;
+use kernel::str::NullTerminatedFormatter;
 
 /// A reference on a network namespace.
 ///
@@ -113,19 +115,10 @@ struct PortStr([u8; 6]);
 
 impl PortStr {
     fn new(port: u16) -> Self {
-        let mut digits = [0u8; 5];
-        let (mut n, mut len) = (port, 0);
-        loop {
-            digits[len] = b'0' + (n % 10) as u8;
-            len += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
         let mut s = [0u8; 6];
-        for (i, d) in digits[..len].iter().rev().enumerate() {
-            s[i] = *d;
+        // Five digits and the NUL fit every `u16`, so the write cannot fail.
+        if let Some(mut f) = NullTerminatedFormatter::new(&mut s) {
+            let _ = write!(f, "{port}");
         }
         Self(s)
     }
