@@ -156,15 +156,19 @@ impl<L: ListenHandler> Listener<L> {
         // Parse, bind, listen: a failure of any is the listen step's.
         let ret = match net.sockaddr(addr, port) {
             Err(e) => e.to_errno(),
-            // SAFETY: The id is live: while `starting` is set a device removal
-            // leaves it to us, and `stop` cannot be called yet (no one else has the
-            // listener but its own event handler, which does not stop it). The
-            // address is valid storage the CM only reads.
-            Ok(sa) => match unsafe { ffi::rdma_bind_addr(raw, sa.as_ptr().cast_mut()) } {
-                // SAFETY: As above.
-                0 => unsafe { ffi::rdma_listen(raw, LISTEN_BACKLOG) },
-                e => e,
-            },
+            Ok(sa) => {
+                // SAFETY: The id is live: while `starting` is set a device removal
+                // leaves it to us, and `stop` cannot be called yet (no one else has
+                // the listener but its own event handler, which does not stop it).
+                // The address is valid storage the CM only reads.
+                let r = unsafe { ffi::rdma_bind_addr(raw, sa.as_ptr().cast_mut()) };
+                if r != 0 {
+                    r
+                } else {
+                    // SAFETY: As above.
+                    unsafe { ffi::rdma_listen(raw, LISTEN_BACKLOG) }
+                }
+            }
         };
         let removed = {
             let mut g = l.inner.lock();
