@@ -410,7 +410,7 @@ impl<H: ConnHandler> Conn<H> {
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
         // An accept has no retry count of its own: the CM ignores it.
         let mut param = cm_conn_param(&self.params, 0);
-        let mut ece = cm_ece(self.params.ece.unwrap_or_default());
+        let mut ece = cm_ece(&self.params);
         // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
         // the handler mutex `rdma_accept()` requires. `param` and `ece` are valid for
         // the call, which copies what it keeps of them.
@@ -568,7 +568,7 @@ impl<H: ConnHandler> Conn<H> {
         self.step(ConnectStep::Connect)?;
         let p = &self.params;
         let mut param = cm_conn_param(p, p.retry_count.get());
-        let mut ece = cm_ece(p.ece.unwrap_or_default());
+        let mut ece = cm_ece(p);
         self.connect_call("rdma_connect", |id| {
             // SAFETY: As above. The ack timeout was applied before route resolution.
             // `param` and `ece` are valid for the call, which copies what it keeps
@@ -1050,8 +1050,10 @@ fn cm_conn_param(p: &ConnParams, retry_count: u8) -> ffi::rdma_conn_param {
     }
 }
 
-/// The `struct rdma_ucm_ece` of a connect or an accept.
-fn cm_ece(ece: Ece) -> ffi::rdma_ucm_ece {
+/// The `struct rdma_ucm_ece` of a connect or an accept: `p`'s ECE, or zeros
+/// (none) when it has none.
+fn cm_ece(p: &ConnParams) -> ffi::rdma_ucm_ece {
+    let ece = p.ece.unwrap_or_default();
     ffi::rdma_ucm_ece {
         vendor_id: ece.vendor_id,
         attr_mod: ece.attr_mod,
