@@ -125,27 +125,41 @@ nap() {
 	return 0
 }
 
-# state_is EP STATE TRIES: polls every 0.1 s until EP's state is STATE.
-state_is() {
-	local i s
-	for ((i = 0; i < $3; i++)); do
-		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
-		nap 0.1
-	done
-	return 1
+# Microseconds on the wall clock, without a fork, into _clock_us (not now_us:
+# bench-guest.sh, which sources this file, has a now_us of its own).
+clock_us() {
+	_clock_us=${EPOCHREALTIME//[!0-9]/}
 }
 
-# key_is EP ATTR KEY VALUE TRIES: polls every 0.1 s until EP's ATTR has the
-# line "KEY VALUE".
+# state_is EP STATE TENTHS: polls every 0.1 s until EP's state is STATE, for at
+# most TENTHS tenths of a second. The clock bounds the wait, not a count of
+# polls: on a busy guest one read of an attribute can take longer than the nap.
+state_is() {
+	local s end
+	clock_us
+	end=$((_clock_us + $3 * 100000))
+	while :; do
+		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
+		clock_us
+		[ "$_clock_us" -lt "$end" ] || return 1
+		nap 0.1
+	done
+}
+
+# key_is EP ATTR KEY VALUE TENTHS: polls every 0.1 s until EP's ATTR has the
+# line "KEY VALUE", for at most TENTHS tenths of a second (as state_is).
 key_is() {
-	local i line
-	for ((i = 0; i < $5; i++)); do
+	local line end
+	clock_us
+	end=$((_clock_us + $5 * 100000))
+	while :; do
 		while read -r line; do
 			[ "$line" = "$3 $4" ] && return 0
 		done <"$CFS/$1/$2"
+		clock_us
+		[ "$_clock_us" -lt "$end" ] || return 1
 		nap 0.1
 	done
-	return 1
 }
 
 # res_of KIND MODULE [-c]: the `rdma res show KIND` lines of a kernel module's

@@ -20,6 +20,7 @@ endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=100
 key_is srv stats active 64 3000
 all_up=$?
 ktap_print_msg "server active $(ep_get srv stats active); client $(<$CFS/many/state), connections $(ep_get many stats connections), active $(ep_get many stats active)"
+[ $all_up -eq 0 ] || { ep_diag many; ep_diag srv; }
 ktap_check "64 client connections established, all active at once on the server" \
 	test $all_up -eq 0 -a "$(ep_get many stats connections)" = 64
 
