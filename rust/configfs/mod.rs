@@ -113,6 +113,7 @@ impl configfs::GroupOperations for Root {
                 mem_budget_kib: 28,
                 resolve_timeout_ms: 29,
                 resolve_retries: 30,
+                connect_timeout_ms: 31,
             ],
         };
         Ok(configfs::Group::new(
@@ -455,6 +456,14 @@ endpoint_attr!(30,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.resolve_retries)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("resolve_retries", |c| {
         c.resolve_retries = number(page, 0u8, 10, "must be 0..10")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(31,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.connect_timeout_ms)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("connect_timeout_ms", |c| {
+        c.connect_timeout_ms = number(page, 100u32, 600_000, "must be 100..600000")?;
         Ok(())
     }),
 );

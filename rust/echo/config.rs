@@ -4,7 +4,7 @@
 
 use super::rping;
 use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
-use crate::rdma::params::{RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS};
+use crate::rdma::params::{CONNECT_TIMEOUT_MS, RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS};
 use crate::rdma::ConnParams;
 use kernel::prelude::*;
 
@@ -117,6 +117,9 @@ pub(crate) struct Config {
     pub(crate) resolve_timeout_ms: u32,
     /// Resolution attempts a client repeats after one timed out.
     pub(crate) resolve_retries: u8,
+    /// How long a client's connection may take from `rdma_connect` to
+    /// established, in ms.
+    pub(crate) connect_timeout_ms: u32,
 }
 
 impl Default for Config {
@@ -145,6 +148,7 @@ impl Default for Config {
             mem_budget_kib: DEFAULT_MEM_BUDGET_KIB,
             resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
             resolve_retries: RESOLVE_RETRIES,
+            connect_timeout_ms: CONNECT_TIMEOUT_MS,
         }
     }
 }
@@ -163,7 +167,7 @@ impl Config {
             responder_resources: self.responder_resources.unwrap_or(d.responder_resources),
             resolve_timeout_ms: self.resolve_timeout_ms,
             resolve_retries: self.resolve_retries,
-            ..d
+            connect_timeout_ms: self.connect_timeout_ms,
         }
     }
 

@@ -30,14 +30,15 @@ declare -A BAD=(
 	[mem_budget_kib]="|abc|0|63|16777217|-1|$HUGE"
 	[resolve_timeout_ms]="|abc|0|99|60001|-1|$HUGE"
 	[resolve_retries]="|abc|-1|11|256|$HUGE"
+	[connect_timeout_ms]="|abc|0|99|600001|-1|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib resolve_timeout_ms
-resolve_retries"
+resolve_retries connect_timeout_ms"
 
 ktap_print_header
-ktap_set_plan 42
+ktap_set_plan 44
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -69,12 +70,12 @@ busy_writes() {
 	for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
 		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
 		responder_resources max_conns mode depth duration_ms mem_budget_kib \
-		resolve_timeout_ms resolve_retries enable; do
+		resolve_timeout_ms resolve_retries connect_timeout_ms enable; do
 		fread $CFS/$ep/$a before
 		case $a in
 		role) v=server; [ "$before" = "server"$'\n' ] && v=client ;;
 		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
-		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;;
+		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;; connect_timeout_ms) v=5000 ;;
 		enable) v=1 ;; *) v=2 ;;
 		esac
 		wr $CFS/$ep/$a "$v"
@@ -122,7 +123,7 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset mode=echo \
 	depth=256 duration_ms=1500 duration_ms=unset mode=rping mem_budget_kib=64 \
 	mem_budget_kib=16777216 resolve_timeout_ms=100 resolve_timeout_ms=60000 \
-	resolve_retries=0 resolve_retries=10; do
+	resolve_retries=0 resolve_retries=10 connect_timeout_ms=100 connect_timeout_ms=600000; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null
@@ -207,9 +208,13 @@ ktap_check "still listening after the refused writes" test "$(<$CFS/ep/state)" =
 
 # A connecting client: everything namespace a sends is lost (netem), so the
 # client's connect request goes unanswered and it stays connecting until its
-# connect times out (30 s): silence_on (lib.sh). Port 7199 has no listener.
+# connect times out: silence_on (lib.sh). Port 7199 has no listener. The
+# longest connect_timeout_ms leaves the end to the CM's own retries of the
+# request, about 74 s with ack_timeout unset (the ABI document): longer than
+# the writes below take.
 silence_on
-endpoint $NS_B conn role=client addr=$ADDR_A port=7199 count=10000000 enable=1
+endpoint $NS_B conn role=client addr=$ADDR_A port=7199 count=10000000 \
+	connect_timeout_ms=600000 enable=1
 st=$(<$CFS/conn/state)
 busy_writes conn
 rc=$?
@@ -218,6 +223,17 @@ ktap_check "connecting client: writes fail with EBUSY and change nothing" test $
 ktap_check "connecting client: connecting before and after the refused writes" \
 	test "$st" = connecting -a "$(<$CFS/conn/state)" = connecting
 rmdir $CFS/conn
+
+# connect_timeout_ms ends the wait for an unanswered connect: with 1000 ms the
+# client fails with rdma_connect ETIMEDOUT well before the default 30 s would
+# end it (the bound below is generous for the 1 s, and short of the 30 s).
+endpoint $NS_B cto role=client addr=$ADDR_A port=7199 connect_timeout_ms=1000 enable=1
+state_is cto error 200
+le=$(<$CFS/cto/last_error)
+ktap_print_msg "connect_timeout_ms=1000: state $(<$CFS/cto/state); last_error: $le; connect_failed $(ep_get cto stats connect_failed)"
+ktap_check "connect_timeout_ms=1000: an unanswered connect fails within 20 s with rdma_connect ETIMEDOUT" \
+	test "$(<$CFS/cto/state)" = error -a "${le#*rdma_connect: ETIMEDOUT}" != "$le"
+rmdir $CFS/cto
 silence_off
 
 # A running client: pinging the server, with a count it cannot finish.
