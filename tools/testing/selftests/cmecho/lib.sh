@@ -185,7 +185,10 @@ res_of() {
 # echoes (two a second each at depth 1) from starving the later ones'
 # connection setup: on the debug kernel under TCG, unthrottled, some connects
 # ran past their 30 s timeout. Callers keep the ack timeout above the 500 ms
-# round trip (T=20, 4.3 s).
+# round trip (T=20, 4.3 s), and let their clients' connects run until the
+# CM's own retries of the request end (connect_timeout_ms=300000; the CM gives
+# up after about 131 s at T=20): throttled, a loaded host still took longer
+# than the default 30 s to set up the last of 64.
 throttle_on() {
 	tc -n $NS_A qdisc add dev va root netem delay 250ms
 	tc -n $NS_B qdisc add dev vb root netem delay 250ms

@@ -84,7 +84,7 @@ throttle_on
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7520 \
 	ack_timeout=20 enable=1
 endpoint $NS_B cli role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7520 clients=64 \
-	count=10000000 retry_count=3 ack_timeout=20 enable=1
+	count=10000000 retry_count=3 ack_timeout=20 connect_timeout_ms=300000 enable=1
 key_is srv stats active 64 3000
 all_up=$?
 ktap_print_msg "srv: active $(ep_get srv stats active); cli: state $(<$CFS/cli/state), active $(ep_get cli stats active)"

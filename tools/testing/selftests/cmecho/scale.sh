@@ -16,7 +16,7 @@ net_setup || ktap_print_msg "network setup failed"
 throttle_on
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A ack_timeout=20 enable=1
 endpoint $NS_B many role=client mode=echo addr=$ADDR_A size=64 depth=1 count=10000000 clients=64 \
-	ack_timeout=20 enable=1
+	ack_timeout=20 connect_timeout_ms=300000 enable=1
 key_is srv stats active 64 3000
 all_up=$?
 ktap_print_msg "server active $(ep_get srv stats active); client $(<$CFS/many/state), connections $(ep_get many stats connections), active $(ep_get many stats active)"
