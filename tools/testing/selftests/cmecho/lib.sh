@@ -439,8 +439,12 @@ debugfs_on() {
 # endpoint, the modules, and what runs in the namespaces (net_cleanup: the
 # namespaces and rxe links too, unless the next program takes them over). A
 # teardown that blocks in the kernel is ended by the hung-task detector (it
-# panics the guest).
+# panics the guest). A program past its timeout gets SIGTERM twice (the
+# runner's two nested timeout commands), the second while this runs: it is
+# ignored here, or the cleanup would die halfway and the next program would
+# find this one's endpoints.
 cmecho_cleanup() {
+	trap '' TERM
 	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
 	fail_call_off
 	rmdir_endpoints 2>/dev/null
