@@ -125,41 +125,40 @@ nap() {
 	return 0
 }
 
-# Microseconds on the wall clock, without a fork, into _clock_us (not now_us:
-# bench-guest.sh, which sources this file, has a now_us of its own).
-clock_us() {
-	_clock_us=${EPOCHREALTIME//[!0-9]/}
+# poll TENTHS CMD...: runs CMD every 0.1 s until it succeeds, for at most TENTHS
+# tenths of a second. The wall clock (EPOCHREALTIME, in microseconds once its
+# point is dropped) bounds the wait, not a count of tries: on a busy guest one
+# read of an attribute can take longer than the nap. CMD should be a function
+# or a builtin, so that nothing forks.
+poll() {
+	local end=$((${EPOCHREALTIME//[!0-9]/} + $1 * 100000))
+	shift
+	until "$@"; do
+		((${EPOCHREALTIME//[!0-9]/} < end)) || return 1
+		nap 0.1
+	done
 }
 
-# state_is EP STATE TENTHS: polls every 0.1 s until EP's state is STATE, for at
-# most TENTHS tenths of a second. The clock bounds the wait, not a count of
-# polls: on a busy guest one read of an attribute can take longer than the nap.
+# state_is EP STATE TENTHS: polls (as poll) until EP's state is STATE.
 state_is() {
-	local s end
-	clock_us
-	end=$((_clock_us + $3 * 100000))
-	while :; do
-		read -r s <"$CFS/$1/state" && [ "$s" = "$2" ] && return 0
-		clock_us
-		[ "$_clock_us" -lt "$end" ] || return 1
-		nap 0.1
-	done
+	poll "$3" state_now "$1" "$2"
+}
+state_now() {
+	local s
+	read -r s <"$CFS/$1/state" && [ "$s" = "$2" ]
 }
 
-# key_is EP ATTR KEY VALUE TENTHS: polls every 0.1 s until EP's ATTR has the
-# line "KEY VALUE", for at most TENTHS tenths of a second (as state_is).
+# key_is EP ATTR KEY VALUE TENTHS: polls (as poll) until EP's ATTR has the
+# line "KEY VALUE".
 key_is() {
-	local line end
-	clock_us
-	end=$((_clock_us + $5 * 100000))
-	while :; do
-		while read -r line; do
-			[ "$line" = "$3 $4" ] && return 0
-		done <"$CFS/$1/$2"
-		clock_us
-		[ "$_clock_us" -lt "$end" ] || return 1
-		nap 0.1
-	done
+	poll "$5" key_now "$1" "$2" "$3" "$4"
+}
+key_now() {
+	local line
+	while read -r line; do
+		[ "$line" = "$3 $4" ] && return 0
+	done <"$CFS/$1/$2"
+	return 1
 }
 
 # res_of KIND MODULE [-c]: the `rdma res show KIND` lines of a kernel module's
