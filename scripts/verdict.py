@@ -194,7 +194,10 @@ def main():
     # 1. The VM run.
     log = kernel_log(results)
     panics = [l for l in log if PANIC.search(l)]
-    diag = []
+    # A guest that died before the command started was booted again (vm-run);
+    # say so, pass or fail.
+    diag = [l.removeprefix("cmecho: ") for l in (read(results / "vm.log") or "").splitlines()
+            if l.startswith("cmecho: vm-run: ") and "booting again" in l]
     if vm_rc != 0:
         diag.append(f"vm-run exited {vm_rc}" + (
             " (timed out on the host)" if vm_rc == 124 else
