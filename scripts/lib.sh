@@ -8,6 +8,9 @@ APT_DIR=$CMECHO_CACHE/apt
 KSRC=$CMECHO_CACHE/linux-source-$KERNEL_DEB_VERSION/linux-source-$KERNEL_SERIES
 CARGO_ROOT=$CMECHO_CACHE/cargo
 VENV=$CMECHO_CACHE/venv
+# The line scripts/vm-run's command writes to the guest's kernel log first: a
+# guest that died without it on its console died before the command started.
+VM_RUN_STARTED="vm-run: the command starts"
 
 # rustup's toolchain, where a non-login shell (CI) may not have it on PATH.
 if ! command -v rustc >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/rustc" ]; then
