@@ -3,9 +3,9 @@
 //! Native echo mode: SEND/RECV echo with up to `depth` messages in flight.
 //!
 //! The client SENDs messages of `size` bytes whose content is a function of their
-//! sequence number ([`fill`]); the server SENDs each message back from the buffer
+//! sequence number ([`fill_at`]); the server SENDs each message back from the buffer
 //! it arrived in. RC delivers in order, so the client checks every echo against
-//! the oldest sequence number it has in flight ([`verify`]): a wrong length, a
+//! the oldest sequence number it has in flight ([`verify_at`]): a wrong length, a
 //! wrong sequence number or changed content is a verify error, counted and
 //! reported in `last_error`, never ignored. Everything runs in completion
 //! handlers: no thread per connection.
@@ -28,13 +28,9 @@ use kernel::time::{Delta, Instant, Monotonic};
 /// The most messages in flight per connection.
 pub(crate) const MAX_DEPTH: u32 = 256;
 
-/// Writes the content of message `seq` into `buf`: its sequence number
-/// (little-endian, as much of it as fits) followed by bytes derived from it.
-pub(crate) fn fill(buf: &mut [u8], seq: u64) {
-    fill_at(buf, 0, buf.len(), seq);
-}
-
-/// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`.
+/// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`:
+/// the message is its sequence number (little-endian, as much of it as fits)
+/// followed by bytes derived from it.
 pub(crate) fn fill_at(out: &mut [u8], at: usize, total: usize, seq: u64) {
     let head = seq.to_le_bytes();
     for (j, b) in out.iter_mut().enumerate() {
@@ -49,11 +45,6 @@ pub(crate) fn fill_at(out: &mut [u8], at: usize, total: usize, seq: u64) {
             *b ^= pattern(seq, 0);
         }
     }
-}
-
-/// Whether `buf` is exactly message `seq`.
-pub(crate) fn verify(buf: &[u8], seq: u64) -> bool {
-    verify_at(buf, 0, buf.len(), seq)
 }
 
 /// Whether `part` is bytes `at..at + part.len()` of message `seq` of `total` bytes.
@@ -570,6 +561,16 @@ impl ConnHandler for ClientConn {
 #[kunit_tests(cmecho_native)]
 mod tests {
     use super::*;
+
+    /// Writes the whole of message `seq` into `buf`.
+    fn fill(buf: &mut [u8], seq: u64) {
+        fill_at(buf, 0, buf.len(), seq);
+    }
+
+    /// Whether `buf` is exactly message `seq`.
+    fn verify(buf: &[u8], seq: u64) -> bool {
+        verify_at(buf, 0, buf.len(), seq)
+    }
 
     #[test]
     fn fill_verify_roundtrip() {

@@ -72,13 +72,6 @@ impl Msg {
     }
 }
 
-/// Fills `buf` with the payload of ping `n` as rping does: `"rdma-ping-<n>: "`, then
-/// an ASCII ramp from `A`..`z` starting at a character that advances with `n`, and a
-/// NUL in the last byte.
-pub(crate) fn fill_payload(buf: &mut [u8], n: u64) {
-    fill_payload_at(buf, 0, buf.len(), n);
-}
-
 /// Writes bytes `at..at + out.len()` of the payload of ping `n`, `total` bytes
 /// long, into `out`: the prefix, then letters cycling from `'A'` to `'z'`
 /// starting at `'A' + n % 58`, and a NUL as the last byte.
@@ -127,6 +120,13 @@ fn format_prefix(out: &mut [u8; 32], n: u64) -> usize {
 #[kunit_tests(cmecho_rping)]
 mod tests {
     use super::*;
+
+    /// Fills `buf` with the payload of ping `n` as rping does: `"rdma-ping-<n>: "`,
+    /// then an ASCII ramp from `A`..`z` starting at a character that advances with
+    /// `n`, and a NUL in the last byte.
+    fn fill_payload(buf: &mut [u8], n: u64) {
+        fill_payload_at(buf, 0, buf.len(), n);
+    }
 
     #[test]
     fn msg_roundtrip() {

@@ -7,6 +7,12 @@
 //! only way to hand a value to [`ConnParams`], which carries them all into a
 //! connection.
 //!
+//! The connection code hands the CM the encodings only. The conversions to time
+//! and [`RetryCount::is_infinite`] serve the KUnit tests below, which check the
+//! encodings through them, and are built only with them, under the condition
+//! `#[kunit_tests]` puts on the tests (`CONFIG_KUNIT=y`): on a kernel without
+//! KUnit they would be dead code, an error with `-Dwarnings`.
+//!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 
 use core::fmt;
@@ -42,6 +48,7 @@ impl AckTimeout {
     }
 
     /// The timeout in nanoseconds (4096 ns × 2^T); `None` for 0, the disabled timer.
+    #[cfg(CONFIG_KUNIT = "y")]
     pub(crate) fn as_nanos(self) -> Option<u64> {
         if self.0 == 0 {
             None
@@ -59,6 +66,7 @@ impl AckTimeout {
 pub(crate) struct MinRnrTimer(u8);
 
 /// IBTA table 45 in microseconds, indexed by code.
+#[cfg(CONFIG_KUNIT = "y")]
 const RNR_TIMER_US: [u32; 32] = [
     655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
@@ -83,6 +91,7 @@ impl MinRnrTimer {
     }
 
     /// The delay the code stands for, in microseconds.
+    #[cfg(CONFIG_KUNIT = "y")]
     pub(crate) fn as_micros(self) -> u32 {
         RNR_TIMER_US[usize::from(self.0)]
     }
@@ -119,6 +128,7 @@ impl RetryCount {
 
     /// Whether the count means "retry forever" (7) for RNR retries, and on rxe for
     /// transport retries too.
+    #[cfg(CONFIG_KUNIT = "y")]
     pub(crate) fn is_infinite(self) -> bool {
         self.0 == Self::MAX
     }
