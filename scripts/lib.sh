@@ -20,6 +20,28 @@ fi
 die() { echo "cmecho: error: $*" >&2; exit 1; }
 say() { echo "cmecho: $*" >&2; }
 
+# The private apt configuration for $BACKPORTS_SUITE, whose sources list
+# scripts/setup-toolchain writes: it downloads .debs, installs nothing.
+APT_OPTS=(-o "Dir::Etc::sourcelist=$APT_DIR/sources.list" -o Dir::Etc::sourceparts=-
+	-o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache::archives=$APT_DIR/archives"
+	-o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
+apt_updated=
+# Downloads a package of $BACKPORTS_SUITE into $APT_DIR/dl once; prints the .deb's path.
+backports_download() { # package version [architecture, default all]
+	local deb="$APT_DIR/dl/${1}_${2//:/%3a}_${3:-all}.deb"
+	if [ ! -s "$deb" ]; then
+		[ -f "$APT_DIR/sources.list" ] || die "no private apt configuration in $APT_DIR: run scripts/setup-toolchain"
+		if [ -z "$apt_updated" ]; then
+			apt-get "${APT_OPTS[@]}" update -q >/dev/null || die "apt-get update of $BACKPORTS_SUITE failed"
+			apt_updated=1
+		fi
+		(cd "$APT_DIR/dl" && apt-get "${APT_OPTS[@]}" download -q "$1=$2" >/dev/null) \
+			|| die "cannot download $1=$2 from $BACKPORTS_SUITE"
+		[ -s "$deb" ] || die "apt-get download of $1=$2 did not write $deb"
+	fi
+	echo "$deb"
+}
+
 rustc_version() { rustc --version | awk '{print $2}'; }
 rust_src_dir() { echo "$CMECHO_CACHE/rust-src-$(rustc_version)"; }
 
@@ -58,3 +80,24 @@ kernel_key() {
 KMAKE_ARGS=("LLVM=$KERNEL_LLVM")
 
 kernel_dir() { echo "$CMECHO_CACHE/kernel-$(kernel_key)"; }
+
+# The cache key of the distribution tree (scripts/build-distro-tree): the distribution's
+# headers package, the kernel source, the toolchain that builds the tree (GCC, not clang).
+distro_key() {
+	{
+		echo "$DISTRO_HEADERS_PKG $DISTRO_HEADERS_DEB_VERSION $KERNEL_DEB_VERSION"
+		rustc --version
+		gcc --version | head -1
+		echo "bindgen $BINDGEN_VERSION libclang $LIBCLANG_VERSION"
+	} | sha256sum | cut -c1-12
+}
+distro_dir() { echo "$CMECHO_CACHE/distro-$(distro_key)"; }
+
+# The make arguments of a module build against the kernel tree $1, one a line: those
+# of the test kernel (KMAKE_ARGS) for a clang-built tree, none for a GCC-built one (a
+# distribution's kernel, the distribution tree): modules use the kernel's compiler.
+kdir_make_args() { # kernel tree
+	if grep -q '^CONFIG_CC_IS_CLANG=y' "$1/.config" 2>/dev/null; then
+		printf '%s\n' "${KMAKE_ARGS[@]}"
+	fi
+}
