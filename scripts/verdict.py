@@ -11,10 +11,14 @@ it fail:
   - every planned test program reported a result;
   - every program reached its own plan (a program cut short by a crash, a timeout
     or an early exit is not);
-  - the kernel log of the whole boot (console and dmesg) holds no report;
+  - the kernel log of the whole boot (console and dmesg) holds no report, and no
+    `Call Trace:` that no report header explains; the guest's dmesg holds both
+    vm-run's start line and run_tests.sh's end marker;
   - no task was blocked (the hung-task detector panics the guest and names it);
   - kmemleak, scanned after every cmecho module was unloaded, reports nothing
-    allocated by cmecho.
+    allocated by cmecho, and the scan itself worked;
+  - the kernel gained no taint bit but those that loading the test modules sets
+    (O, E, N) and lockdep is still on (debug_locks 1) at the end.
 
 Ends with `totals: N passed, N failed[, N skipped]` over leaf results (a program
 that ended early counts one failure per missing leaf, a missing program one),
@@ -28,13 +32,33 @@ import re
 import sys
 from pathlib import Path
 
-# Kernel log reports. Keep in sync with DMESG_REPORTS in the selftests' lib.sh.
-REPORT = re.compile(
-    r"BUG:|WARNING:|Oops|general protection|Kernel panic|kernel BUG at|UBSAN:"
-    r"|refcount_t:|INFO: task .* blocked for more than|detected stalls? on CPU"
-    r"|self-detected stall|kmemleak: [0-9]+ new suspected|ODEBUG:"
-    r"|list_(add|del) corruption|panicked at|hard LOCKUP|soft lockup"
-)
+TOP = Path(__file__).resolve().parent.parent
+SELFTESTS_LIB = TOP / "tools/testing/selftests/cmecho/lib.sh"
+SCRIPTS_LIB = TOP / "scripts/lib.sh"
+
+
+def shell_value(path, name):
+    """The value of NAME='...' or NAME="..." in a shell file."""
+    m = re.search(rf"^{name}=(['\"]?)(.*)\1$", Path(path).read_text(), re.M)
+    if not m:
+        sys.exit(f"verdict.py: no {name} in {path}")
+    return m.group(2)
+
+
+# Kernel log reports: the selftests' DMESG_REPORTS (an ERE Python reads alike).
+REPORT = re.compile(shell_value(SELFTESTS_LIB, "DMESG_REPORTS"))
+VM_RUN_STARTED = shell_value(SCRIPTS_LIB, "VM_RUN_STARTED")
+END_MARKER = "cmecho: run_tests.sh: end of the kernel log of this run"
+# A report's header comes at most this many lines before its Call Trace (KASAN
+# prints the access, the CPU line and the hardware name in between).
+CALL_TRACE_WINDOW = 40
+CONTEXT = re.compile(r"stack backtrace:|NMI backtrace for cpu|^task:\S+ +state:"
+                     r"|Sending NMI from CPU|Showing all locks held")
+# Taint bits that loading the test modules sets (kernel/panic.c): O, an
+# out-of-tree module (12); E, an unsigned module (13, with module signing); N, a
+# KUnit test ran (18). Any other new bit fails the run.
+TAINT_ALLOWED = (1 << 12) | (1 << 13) | (1 << 18)
+TAINT_LETTERS = "PFSRMBUDAWCIOELKXTN"
 HUNG = re.compile(r"INFO: task (\S+):(\d+) blocked for more than (\d+) seconds")
 PANIC = re.compile(r"Kernel panic - not syncing: ?(.*)")
 TIMESTAMP = re.compile(r"^(<\d+>)?\[\s*\d+\.\d+\]\s?")
@@ -129,6 +153,70 @@ def kernel_log(results):
     return out
 
 
+def unexplained_traces(results):
+    """Each `Call Trace:` with no report header in the CALL_TRACE_WINDOW lines
+    before it (a line of CONTEXT, such as lockdep's "stack backtrace:", carries
+    a report's header on). Read from the guest's dmesg, whole and in order (the
+    merged log drops repeated lines, and every trace starts with the same one);
+    from the console when there is no dmesg."""
+    text = read(results / "dmesg.log")
+    if text is None:
+        text = read(results / "console.log") or ""
+    lines = [TIMESTAMP.sub("", l.rstrip()) for l in text.splitlines()]
+    out = []
+    last = None
+    for i, l in enumerate(lines):
+        if REPORT.search(l) or (last is not None and CONTEXT.search(l)):
+            last = i
+        elif "Call Trace:" in l and (last is None or i - last > CALL_TRACE_WINDOW):
+            before = " | ".join(x for x in lines[max(0, i - 6):i] if x)
+            out.append(f"a Call Trace with no report header before it: {before}")
+    return out
+
+
+def kernel_state(path):
+    """run_tests.sh's kernel_state file: tainted (an int), debug_locks, cpus."""
+    text = read(path)
+    if text is None:
+        return None
+    kv = dict(l.split(None, 1) for l in text.splitlines() if " " in l)
+    try:
+        return {"tainted": int(kv["tainted"]), "debug_locks": kv.get("debug_locks", "").strip(),
+                "cpus": int(kv.get("cpus", "1"))}
+    except (KeyError, ValueError):
+        return None
+
+
+def taint_letters(mask):
+    return "".join(c for b, c in enumerate(TAINT_LETTERS) if mask & (1 << b)) + f" ({mask:#x})"
+
+
+def program_times(results, cpus):
+    """Per program from times.log: wall seconds, and how many of the vCPUs'
+    seconds were busy and idle (the idle column sums over the vCPUs)."""
+    rows = []
+    cur = None
+    for line in (read(results / "times.log") or "").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) < 3:
+            continue
+        try:
+            up, idle = float(parts[0]), float(parts[1])
+        except ValueError:
+            continue
+        m = PROG_START.match(parts[2])
+        if m:
+            cur = (m.group(1), up, idle)
+            continue
+        m = TOP_RESULT.match(parts[2])
+        if m and cur and cur[0] == m.group(2):
+            wall = up - cur[1]
+            idle_s = idle - cur[2]
+            rows.append((cur[0], wall, wall * cpus - idle_s, idle_s))
+            cur = None
+    return rows
+
+
 def kmemleak_blocks(text):
     blocks = []
     for block in re.split(r"(?m)^(?=unreferenced object )", text):
@@ -164,8 +252,10 @@ def main():
         nonlocal n
         n += 1
         out.append(f"{'ok' if ok else 'not ok'} {n} {desc}")
-        for d in diag:
+        for d in list(diag)[:60]:
             out.append(f"# {d}")
+        if len(diag) > 60:
+            out.append(f"# ... {len(diag) - 60} more")
         counts["pass" if ok else "fail"] += 1
         checks[key] = {"ok": ok, "diag": list(diag)}
 
@@ -184,6 +274,10 @@ def main():
             counts["fail"] += 1
         elif p["result"] == "skip" and leaves == 0:
             counts["skip"] += 1
+        elif p["result"] == "skip":
+            # Exit status 4 (KSFT_SKIP) after results of its own: the program
+            # gave up on something; that is a failure, not a pass.
+            counts["fail"] += 1
         # The runner prints exit status 2 (KSFT_XFAIL) as "ok ... # XFAIL": a
         # program that exits so has failed, whatever its leaves say.
         if "XFAIL" in p.get("directive", "") and p["fail"] == 0:
@@ -234,12 +328,20 @@ def main():
             diag.append(f"{p['name']}: planned {p['plan']}, reported {leaves}; {how}")
     result("plans", not diag, "selftests: every program reached its own plan", diag)
 
-    # 4. Kernel log reports anywhere in the boot.
+    # 4. Kernel log reports anywhere in the boot, and stack dumps no report
+    # header explains (a dump_stack(), or a report this list does not know).
     reports = [l for l in log if REPORT.search(l)]
+    reports += unexplained_traces(results)
+    if (results / "run-complete").exists():
+        dmesg_text = read(results / "dmesg.log") or ""
+        for what, line in (("vm-run's start line", VM_RUN_STARTED),
+                           ("run_tests.sh's end marker", END_MARKER)):
+            if line not in dmesg_text:
+                reports.append(f"dmesg.log lacks {what} ({line!r}): the kernel log was not followed whole")
     result("dmesg", not reports,
            "kernel log of the whole boot: no BUG, WARNING, Oops, lockdep, KASAN, KFENCE, "
-           "UBSAN, refcount, RCU stall, hung task or kmemleak report",
-           reports[:60] + ([f"... {len(reports) - 60} more"] if len(reports) > 60 else []))
+           "SLUB, UBSAN, refcount, RCU stall, lockup, hung task or kmemleak report, "
+           "no unexplained Call Trace", reports)
 
     # 5. Blocked tasks.
     hung = [HUNG.search(l) for l in log if HUNG.search(l)]
@@ -255,7 +357,7 @@ def main():
     leak = read(results / "kmemleak.txt")
     if leak is None:
         diag.append("no kmemleak scan: the run did not get that far")
-    elif "not available" in leak:
+    elif "not available" in leak or leak.startswith("kmemleak: scan failed"):
         diag.append(leak.strip())
     else:
         blocks = kmemleak_blocks(leak)
@@ -271,6 +373,43 @@ def main():
     result("kmemleak", not diag,
            "kmemleak, after every cmecho module was unloaded: nothing allocated by cmecho",
            diag)
+
+    # 7. Taint and lockdep, before and after the run.
+    start, end = kernel_state(results / "kernel-state.start"), kernel_state(results / "kernel-state.end")
+    diag = []
+    if start is None or end is None:
+        diag.append("no kernel state recorded " + ("before" if start is None else "after") +
+                    " the run (kernel-state.start/.end): the run did not get that far")
+    else:
+        new = end["tainted"] & ~start["tainted"] & ~TAINT_ALLOWED
+        if new:
+            diag.append(f"new taint: {taint_letters(new)} (mask {end['tainted']}, "
+                        f"{start['tainted']} at the start)")
+    result("taint", not diag,
+           "taint: no new taint bit but O, E and N (the test modules) over the run", diag)
+    diag = []
+    if start is None or end is None:
+        diag.append("no debug_locks recorded: the run did not get that far")
+    else:
+        for when, st in (("at the start", start), ("at the end", end)):
+            if st["debug_locks"] != "1":
+                diag.append(f"debug_locks {st['debug_locks']} {when}: lockdep turned itself off")
+    result("debug_locks", not diag, "lockdep still on (debug_locks 1) at the end of the run", diag)
+
+    st = kernel_state(results / "kernel-state.start")
+    times = program_times(results, st["cpus"] if st else 1)
+    if times:
+        out.append("# time per program: wall s, vCPU s busy, vCPU s idle "
+                   f"({st['cpus'] if st else 1} vCPUs)")
+        try:
+            limit = int(shell_value(SELFTESTS_LIB.parent / "settings", "timeout"))
+        except SystemExit:
+            limit = None
+        for name, wall, busy, idle in times:
+            over = f" (over half of its {limit} s timeout)" if limit and wall > limit / 2 else ""
+            out.append(f"#   {name}: {wall:.0f} {busy:.0f} {idle:.0f}{over}")
+        tw, tb, ti = (sum(t[i] for t in times) for i in (1, 2, 3))
+        out.append(f"#   all programs: {tw:.0f} {tb:.0f} {ti:.0f}")
 
     for line in selftests_out:
         print(line)

@@ -56,8 +56,14 @@ ktap_check() {
 	fi
 }
 
-# Kernel log reports that fail a test (and the whole run, scripts/check).
-DMESG_REPORTS='BUG:|WARNING:|Oops|general protection|Kernel panic|kernel BUG at|UBSAN:|refcount_t:|INFO: task .* blocked for more than|detected stalls? on CPU|self-detected stall|kmemleak: [0-9]+ new suspected|ODEBUG:|list_(add|del) corruption|panicked at|hard LOCKUP|soft lockup'
+# Kernel log reports that fail a test (and the whole run: scripts/verdict.py reads
+# this line). The headers as the 7.3 source prints them: BUG:/WARNING:/Oops and
+# the KASAN, KFENCE, UBSAN, lockdep and RCU reports; SLUB's "BUG <cache> (<taint>):
+# <reason>" and "[<what> overwritten]" (no colon after BUG); lockdep switching
+# itself off ("trying to register non-static key", "Disabling lock debugging");
+# RCU CPU, expedited and tasks stalls; kmemleak's scans and its own warnings;
+# spurious interrupts; duplicate sysfs names; Rust panics and overflows.
+DMESG_REPORTS='BUG:|BUG [^ :]+ \((Not tainted|Tainted: [^)]*)\): |\[[A-Za-z ]+ overwritten\]|WARNING:|Oops|general protection|Kernel panic|kernel BUG at|UBSAN:|refcount_t:|INFO: task .* blocked for more than|detected (expedited )?stalls|self-detected stall|kmemleak: [0-9]+ new suspected|kmemleak: (Found object by alias|Cannot insert|Partially freeing unknown|Not resetting the checksum|Adding scan area|Scan area larger|Setting excess_ref|Not scanning unknown|Updating stack trace for unknown|Cannot allocate a|Memory pool empty|Kernel memory leak detector disabled|Kmemleak disabled)|ODEBUG:|list_(add|del) corruption|panicked at|attempt to [a-z ]+ with overflow|hard LOCKUP|soft lockup|INFO: trying to register non-static key|Disabling lock debugging due to kernel taint|irq [0-9]+: nobody cared|sysfs: cannot create duplicate filename'
 
 # dmesg_mark [VAR]: where this test's part of the kernel log starts, in
 # DMESG_START (or VAR, for a part of its own: klog_from $VAR reads it).

@@ -5,10 +5,13 @@
 # program with the program's output nested under it), then asks kmemleak, with
 # every cmecho module unloaded, what is left.
 #   run_tests.sh [RESULTS_DIR]   KTAP on stdout and in RESULTS_DIR/selftests.ktap;
-#                                the kernel log in dmesg.log, kmemleak's report in
-#                                kmemleak.txt, the KTAP lines with the guest's
-#                                uptime in times.log, and run-complete once all
-#                                is done.
+#                                the kernel log in dmesg.log (from the boot to an
+#                                end marker), kmemleak's report in kmemleak.txt,
+#                                the KTAP lines with the guest's uptime and idle
+#                                time in times.log, the kernel's taint and
+#                                lockdep's debug_locks before and after in
+#                                kernel-state.start and kernel-state.end, and
+#                                run-complete once all is done.
 # CMECHO_TESTS="a.sh b.sh" runs a subset (the plan is then that subset).
 cd "$(dirname "$0")" || exit 1
 BASE_DIR=$(cd .. && pwd)
@@ -38,22 +41,35 @@ read -r -a progs <<<"${CMECHO_TESTS:-$(sed -n 's/^TEST_PROGS *:= *//p' Makefile)
 # gives each program a network of its own.
 export CMECHO_NET_KEEP=${CMECHO_NET_KEEP:-1}
 
-# stamp FILE: copies stdin to stdout and, each line with the guest's uptime in
-# front (as in the kernel log), to FILE: where a run's time goes.
+# stamp FILE: copies stdin to stdout and, each line with the guest's uptime and
+# idle time (the two columns of /proc/uptime; idle sums over the vCPUs) in front,
+# to FILE: where a run's time goes, and how much of it the vCPUs were busy.
 stamp() {
-	local line up
+	local line up idle
 	while IFS= read -r line; do
 		printf '%s\n' "$line"
-		read -r up _ </proc/uptime
-		printf '%s %s\n' "$up" "$line" >>"$1"
+		read -r up idle </proc/uptime
+		printf '%s %s %s\n' "$up" "$idle" "$line" >>"$1"
 	done
+}
+
+# kernel_state FILE: the kernel's taint mask, lockdep's debug_locks (0 once
+# lockdep has turned itself off) and the number of vCPUs, one "key value" a line.
+kernel_state() {
+	local t k v dl=unknown
+	read -r t </proc/sys/kernel/tainted
+	while read -r k v; do
+		[ "$k" = debug_locks: ] && dl=$v && break
+	done </proc/lockdep_stats
+	printf 'tainted %s\ndebug_locks %s\ncpus %s\n' "$t" "$dl" "$(nproc)" >"$1"
 }
 
 ktap_file=/dev/null
 times_file=/dev/null
 if [ -n "$results" ]; then
 	times_file=$results/times.log
-	rm -f "$results/run-complete"
+	rm -f "$results/run-complete" "$results/kernel-state.start" "$results/kernel-state.end"
+	kernel_state "$results/kernel-state.start"
 	ktap_file=$results/selftests.ktap
 	# Stream the kernel log next to the results, so a crash leaves its trace.
 	dmesg -w >"$results/dmesg.log" 2>&1 </dev/null &
@@ -75,14 +91,21 @@ fi
 if [ -n "$results" ]; then
 	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 	grep -E '^cmecho' /proc/modules >"$results/modules-left.txt"
+	# A kmemleak that turned itself off refuses the scan (EPERM) and reports
+	# nothing: say so in the report's place, and the verdict fails.
 	if [ -w /sys/kernel/debug/kmemleak ]; then
-		echo scan >/sys/kernel/debug/kmemleak
-		sleep 6
-		echo scan >/sys/kernel/debug/kmemleak
-		cat /sys/kernel/debug/kmemleak >"$results/kmemleak.txt"
+		if ! err=$({ echo scan >/sys/kernel/debug/kmemleak; } 2>&1) ||
+			! sleep 6 || ! err=$({ echo scan >/sys/kernel/debug/kmemleak; } 2>&1) ||
+			! cat /sys/kernel/debug/kmemleak >"$results/kmemleak.txt"; then
+			echo "kmemleak: scan failed: ${err:-cannot read the report}" >"$results/kmemleak.txt"
+		fi
 	else
 		echo "kmemleak: /sys/kernel/debug/kmemleak is not available" >"$results/kmemleak.txt"
 	fi
+	kernel_state "$results/kernel-state.end"
+	# The end marker: the verdict fails unless dmesg.log holds it, and vm-run's
+	# start line, so a dmesg -w that died on the way is seen.
+	echo "<4>cmecho: run_tests.sh: end of the kernel log of this run" >/dev/kmsg
 	sleep 1
 	kill $dmesg_pid 2>/dev/null
 	echo "${#progs[@]}" >"$results/run-complete"
