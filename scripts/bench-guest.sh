@@ -71,7 +71,7 @@ perftest() { # tool args...
 	shift
 	in_ns $NS_A timeout 120 "$tool" -R -F "$@" >/dev/null 2>&1 &
 	local srv=$!
-	wait_for 100 cm_listening 18515
+	wait_for 600 cm_listening 18515
 	# Its connection is now and then rejected as if nobody listened yet
 	# (RDMA_CM_EVENT_REJECTED, status 8) while the server waits on: once more.
 	if ! out=$(in_ns $NS_B timeout 120 "$tool" -R -F "$@" $ADDR_A 2>&1); then
@@ -87,8 +87,8 @@ perftest() { # tool args...
 # The netem qdisc on the client's egress (added once, losing nothing, before
 # the clients that need it start): loss_set PERCENT.
 loss_set() { tc -n $NS_B qdisc change dev vb root netem loss "$1%"; }
-# A client that has done more than 20 echoes; waits up to 30 s.
-running_with_echoes() { wait_for 300 eval '[ "$(ep_get '"$1"' stats pings)" -gt 20 ]'; }
+# A client that has done more than 20 echoes; waits up to 60 s.
+running_with_echoes() { wait_for 600 eval '[ "$(ep_get '"$1"' stats pings)" -gt 20 ]'; }
 # A stock rping client against PORT for COUNT pings; prints how long it took, in µs.
 stock_client() { # port count
 	local t0 t1
@@ -101,7 +101,7 @@ stock_client() { # port count
 stock_pair() { # count
 	in_ns $NS_A timeout 300 rping -s -a $ADDR_A -p 7311 -C $1 -S 64 >/dev/null 2>&1 &
 	local srv=$! r
-	wait_for 100 cm_listening 7311
+	wait_for 600 cm_listening 7311
 	r=$(stock_client 7311 $1)
 	wait $srv
 	echo "$r"
@@ -292,7 +292,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	record detect_link_down cmecho "t=14 retry=1 precut=$pre shell_us=$((t1 - t0)) state=$(<$CFS/det/state) $(stats_kv det) last_error=$(tr " " _ <$CFS/det/last_error)"
 	ip -n $NS_B link set vb up
 	rm_ep det
-	wait_for 100 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
+	wait_for 600 in_ns $NS_B ping -c 1 -W 1 $ADDR_A
 	progress "after the link flap: a new connection, 10 echoes"
 	echo_client after 64 1 10 - && wait_done after 60
 	record after_link_flap cmecho "state=$(<$CFS/after/state) $(stats_kv after) last_error=$(tr " " _ <$CFS/after/last_error)"

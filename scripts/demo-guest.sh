@@ -82,7 +82,7 @@ for t in unset 12; do
 	ep=cut_$t
 	endpoint $NS_B $ep role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7181 duration_ms=600000 \
 		ack_timeout=$t retry_count=2 enable=1 || exit 1
-	wait_for 300 eval '[ "$(ep_get '$ep' stats pings)" -gt 20 ]'
+	wait_for 600 eval '[ "$(ep_get '$ep' stats pings)" -gt 20 ]'
 	tc -n $NS_B qdisc change dev vb root netem loss 100%
 	wait_done $ep 60
 	tc -n $NS_B qdisc change dev vb root netem loss 0%

@@ -41,7 +41,7 @@ ktap_check "unset: server QP timeout 17 (RoCE default)" test "$(ep_get srv qp_at
 cut_run() {
 	endpoint $NS_B $1 role=client mode=echo addr=$ADDR_A port=7190 depth=1 size=64 \
 		duration_ms=600000 ack_timeout=$2 retry_count=$3 enable=1 &&
-		wait_for 300 pings_over $1 20 &&
+		wait_for 1200 pings_over $1 20 &&
 		state_is $1 running 1 &&
 		tc -n $NS_B qdisc change dev vb root netem loss 100%
 }

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 7
+ktap_set_plan 8
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -49,26 +49,57 @@ ktap_check "two shells enabling one server: one listener when enabled, none when
 
 # Attribute writes racing enables: each write either lands while the endpoint
 # is idle or fails with EBUSY; the port read back while listening is the port
-# the listener has.
+# the listener has. The writer writes until the enable loop is over ($W.stop),
+# and counts: the writes refused with EBUSY, those that landed after its first
+# EBUSY (so during the loop), other failures, and the enabled windows it ran
+# into (refusals, then a write that lands). A pause after each disable lets
+# writes land between the enables. Both sides must have done their part: some
+# enables, and writes refused and landed all along the loop.
+W=/tmp/churn_writer.$$
+rm -f $W.stop $W.out
 writer() {
-	local i
-	for ((i = 0; i < 200; i++)); do
-		echo $((7420 + i % 3)) >$CFS/race/port
-	done 2>/dev/null
+	local i=0 landed=0 busy=0 other=0 windows=0 refused=0 e first=
+	while [ ! -e $W.stop ]; do
+		if echo $((7420 + i % 3)) 2>$W.err >$CFS/race/port; then
+			[ $refused = 0 ] || windows=$((windows + 1))
+			refused=0
+			[ $busy = 0 ] || landed=$((landed + 1))
+		else
+			e=
+			read -r e <$W.err
+			if [[ $e == *"Device or resource busy"* ]]; then
+				busy=$((busy + 1)) refused=1
+			else
+				other=$((other + 1))
+				first=${first:-$e}
+			fi
+		fi
+		i=$((i + 1))
+	done
+	echo "$landed $busy $other $windows ${first:-none}" >$W.out
 }
 writer &
 pw=$!
-ok=1
+ok=1 enables=0
 for ((i = 0; i < 30; i++)); do
 	if echo 1 >$CFS/race/enable 2>/dev/null; then
-		port=$(<$CFS/race/port)
+		enables=$((enables + 1))
+		read -r port <$CFS/race/port
 		cm_listening "$port" || { ktap_print_msg "enabled with port $port, not listening there"; ok=0; }
 		echo 0 >$CFS/race/enable
 	fi
+	nap 0.1
 done
+: >$W.stop
 wait $pw
+landed='' busy='' other='' windows='' first=''
+read -r landed busy other windows first <$W.out
+rm -f $W.stop $W.out $W.err
+ktap_print_msg "race: $enables of 30 enables; writes: ${busy:-none} refused (EBUSY) in ${windows:-no} enabled windows, ${landed:-none} landed after the first refusal, ${other:-no} other failures (first: ${first:-none})"
 ktap_check "attribute writes racing enables: the port read back is the one listened on" \
-	test $ok = 1
+	test $ok = 1 -a $enables -gt 0
+ktap_check "attribute writes racing enables: refused (EBUSY) in most enabled windows, landed between them, no other failure" \
+	test "${busy:-0}" -gt 0 -a "${landed:-0}" -gt 0 -a "$other" = 0 -a $((${windows:-0} * 2)) -ge $enables
 
 # Clients removed while connecting or running, 4 connections each, while a
 # reader lists the server's and the client's connections every 50 ms, in

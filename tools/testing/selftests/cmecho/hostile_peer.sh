@@ -43,12 +43,13 @@ load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 # peer_run MODE PORT EP: the peer in namespace a, cmecho's client EP in b; the
-# client's final state and last_error are left in STATE and LERR.
+# client's final state and last_error are left in STATE and LERR, the peer's
+# exit status in PEER_RC.
 peer_run() {
 	local mode=$1 port=$2 ep=$3 pid
 	ip netns exec $NS_A "$PEER" server $ADDR_A $port $mode 120 >/tmp/peer_$mode.log 2>&1 &
 	pid=$!
-	wait_for 300 cm_listening $port || ktap_print_msg "$mode: the peer is not listening"
+	wait_for 600 cm_listening $port || ktap_print_msg "$mode: the peer is not listening"
 	endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A port=$port count=20 depth=4 \
 		enable=1
 	wait_done $ep 180 || ktap_print_msg "$ep: not done or error after 180 s"
@@ -57,12 +58,14 @@ peer_run() {
 	ep_diag $ep
 	rmdir $CFS/$ep
 	wait $pid
+	PEER_RC=$?
 	sed "s/^/# peer $mode: /" /tmp/peer_$mode.log
+	ktap_print_msg "peer $mode: exit $PEER_RC"
 }
 
 peer_run good 7300 good
 ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
-	test "$STATE" = done
+	test "$STATE" = done -a "$PEER_RC" = 0
 
 port=7301
 for mode in dup unsolicited short corrupt; do
@@ -85,9 +88,19 @@ ktap_check "extra echoes right behind the last one: ignored, the run is done" \
 
 # Four connect requests that get a reply and never the RTU: the server's new
 # connections fail before they are established. They are released at once and
-# do not count against max_conns: two clients are served right after.
+# do not count against max_conns: two clients are served right after. Both
+# checks first need the requests to have happened: the peer had an answer to
+# each (exit 0), and the server counted each, accepted (at least the two that
+# max_conns lets in on a fresh server) or rejected.
 endpoint $NS_A lim role=server addr=$ADDR_A port=7320 max_conns=2 enable=1
-ip netns exec $NS_B "$PEER" client $ADDR_A 7320 vanish 4 2>&1 | sed 's/^/# /'
+ip netns exec $NS_B "$PEER" client $ADDR_A 7320 vanish 4 >/tmp/peer_vanish.log 2>&1
+vanish_rc=$?
+sed 's/^/# peer vanish: /' /tmp/peer_vanish.log
+acc=$(ep_get lim stats connections)
+rej=$(ep_get lim stats rejected)
+ktap_print_msg "lim: the peer exited $vanish_rc; the server accepted ${acc:-none} requests, rejected ${rej:-none}"
+[ "$vanish_rc" = 0 ] && [ "${acc:-0}" -ge 2 ] && [ $((${acc:-0} + ${rej:-0})) -ge 4 ]
+vanished=$?
 # lim_all_closed: every connection the server lists is closed.
 lim_all_closed() {
 	local line
@@ -95,17 +108,15 @@ lim_all_closed() {
 		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
 	done <$CFS/lim/connections
 }
-for ((i = 0; i < 3000; i++)); do
-	lim_all_closed && break
-	nap 0.1
-done
+poll 3000 lim_all_closed
 ktap_print_msg "lim: connections: $(tr '\n' ';' <$CFS/lim/connections)"
-ktap_check "connections failed before established are released" lim_all_closed
+ktap_check "connections failed before established are released" \
+	eval '[ $vanished = 0 ] && lim_all_closed'
 endpoint $NS_B two role=client addr=$ADDR_A port=7320 clients=2 count=10 enable=1
 wait_done two 180
 ep_diag two
 ktap_check "max_conns 2: two clients served after the failed requests" \
-	test "$(<$CFS/two/state)" = done
+	test $vanished = 0 -a "$(<$CFS/two/state)" = done
 rmdir $CFS/two
 rmdir $CFS/lim
 

@@ -16,7 +16,7 @@ net_setup || ktap_print_msg "network setup failed"
 # nodad: the addresses are usable at once, not tentative for a second or two.
 ip -n $NS_A addr add $V6_A/64 dev va nodad
 ip -n $NS_B addr add $V6_B/64 dev vb nodad
-wait_for 100 ip netns exec $NS_B ping -6 -c 1 -W 1 $V6_A ||
+wait_for 600 ip netns exec $NS_B ping -6 -c 1 -W 1 $V6_A ||
 	ktap_print_msg "$V6_A not reachable from $NS_B"
 
 # run EP ARGS...: a client in b with ARGS; true when it ends done, all verified.

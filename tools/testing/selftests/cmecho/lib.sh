@@ -110,18 +110,6 @@ module_loaded() {
 	return 1
 }
 
-# Runs a command until it succeeds, at most $1 times 0.1 s apart.
-wait_for() {
-	local n=$1
-	shift
-	while [ "$n" -gt 0 ]; do
-		"$@" >/dev/null 2>&1 && return 0
-		nap 0.1
-		n=$((n - 1))
-	done
-	return 1
-}
-
 # Polls that fork nothing: on the debug kernel under TCG a process creation
 # costs about a second. nap SECONDS sleeps: a read that times out on a pipe
 # nobody writes, opened on first use (in each subshell that naps).
@@ -143,6 +131,18 @@ poll() {
 		((${EPOCHREALTIME//[!0-9]/} < end)) || return 1
 		nap 0.1
 	done
+}
+
+# wait_for TENTHS CMD...: runs CMD, its output discarded, until it succeeds, for
+# at most TENTHS tenths of a second of wall-clock time (poll). CMD may start
+# processes: each try then costs a second or more under TCG, and the bound is
+# still the time, not a count of tries.
+wait_for() {
+	poll "$1" quietly "${@:2}"
+}
+# quietly CMD...: CMD with its output and errors discarded.
+quietly() {
+	"$@" >/dev/null 2>&1
 }
 
 # state_is EP STATE TENTHS: polls (as poll) until EP's state is STATE.
@@ -246,8 +246,9 @@ net_setup() {
 	fi
 	# A kept network's rxe links that a device removal took are added again.
 	rxe_links_add || return 1
-	# Both ends answer ping before RDMA traffic starts.
-	wait_for 50 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
+	# Both ends answer ping before RDMA traffic starts: up to 60 s (each try
+	# starts two processes and may wait 1 s for its answer).
+	wait_for 600 in_ns $NS_B ping -c 1 -W 1 $ADDR_A ||
 		{ ktap_print_msg "net_setup: $ADDR_A not reachable from $NS_B"; return 1; }
 	[ $made = 0 ] || [ "${CMECHO_NET_KEEP:-}" != 1 ] || net_state >"$NET_STATE"
 }
@@ -318,10 +319,11 @@ rxe_links_add() {
 }
 
 # links_up: re-adds this program's rxe links that are gone (after a device
-# removal), on the existing namespaces; true once both are registered.
+# removal), on the existing namespaces; true once both are registered (up to
+# 30 s: registering one takes 12 to 15 s under TCG).
 links_up() {
 	rxe_links_add 2>/dev/null
-	wait_for 100 test -e /sys/class/infiniband/$RXE_A -a -e /sys/class/infiniband/$RXE_B
+	wait_for 300 test -e /sys/class/infiniband/$RXE_A -a -e /sys/class/infiniband/$RXE_B
 }
 
 # rxe_gone: neither rxe link of this program is registered.
@@ -390,8 +392,8 @@ net_teardown() {
 		NS_A= NS_B=
 	fi
 	[ "${CMECHO_NET_KEEP:-}" != 1 ] || rm -f "$NET_STATE"
-	# Device unregistration finishes asynchronously: let it, so that the next
-	# setup does not race with it.
+	# Device unregistration finishes asynchronously: let it (up to 120 s; one
+	# takes 12 to 15 s under TCG), so that the next setup does not race with it.
 	wait_for 1200 rxe_gone ||
 		ktap_print_msg "net_teardown: rxe links still present: $(rdma link show | tr '\n' ' ')"
 	return 0

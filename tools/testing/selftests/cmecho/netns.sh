@@ -40,7 +40,7 @@ ip netns del $NS_A
 # Served on: 100 more pings after the deletion (a namespace torn down under the
 # connection would end it).
 p1=$(ep_get live stats pings)
-wait_for 600 sh -c "[ \"\$(sed -n 's/^pings //p' $CFS/live/stats)\" -ge $((${p1:-0} + 100)) ]"
+wait_for 1800 sh -c "[ \"\$(sed -n 's/^pings //p' $CFS/live/stats)\" -ge $((${p1:-0} + 100)) ]"
 p2=$(ep_get live stats pings)
 ktap_print_msg "after ip netns del: srv $(<$CFS/srv/state), client pings $p1 -> $p2"
 ktap_check "after ip netns del, the server in it keeps serving" \
@@ -48,7 +48,7 @@ ktap_check "after ip netns del, the server in it keeps serving" \
 ktap_check "the namespace is kept alive: vb still exists in b" ip -n $NS_B link show vb
 timeout 60 rmdir $CFS/srv
 ktap_check "rmdir of the server in the deleted namespace returns" test $? -eq 0
-wait_for 200 sh -c "! ip -n $NS_B link show vb"
+wait_for 1800 sh -c "! ip -n $NS_B link show vb"
 ktap_check "then the namespace is destroyed (vb gone from b): no reference leaked" \
 	sh -c "! ip -n $NS_B link show vb"
 wait_done live 60

@@ -64,7 +64,7 @@ removal_in_listen() {
 		slow_lock_on sh 1000 || return 1
 		sh -c "echo 1 >$CFS/srv/enable" 2>/dev/null &
 		wp=$!
-		wait_for 300 hits_or_gone $k $wp
+		wait_for 600 hits_or_gone $k $wp
 		if ! slow_lock_hits_ge $k; then
 			wait $wp
 			ktap_print_msg "the enable took $(slow_lock_hits) locks: each had a removal"

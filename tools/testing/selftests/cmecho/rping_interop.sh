@@ -28,7 +28,7 @@ done
 
 ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p 7175 -S 1024 >/tmp/rping_s.log 2>&1 &
 rs=$!
-wait_for 100 cm_listening 7175
+wait_for 600 cm_listening 7175
 endpoint $NS_B cli role=client addr=$ADDR_A port=7175 count=100 size=1024 enable=1
 wait_done cli 120
 ep_diag cli
@@ -48,7 +48,7 @@ reg_failure() {
 	local rs hits le st
 	ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p 7176 -S 1024 >/tmp/rping_s.log 2>&1 &
 	rs=$!
-	wait_for 100 cm_listening 7176
+	wait_for 600 cm_listening 7176
 	fail_call_on rxe_reg_fast_mr -22 1 || return 1
 	endpoint $NS_B reg role=client addr=$ADDR_A port=7176 count=100 size=1024 enable=1
 	wait_done reg 60

@@ -14,7 +14,7 @@ ktap_check "rxe devices listed by rdma link" sh -c "rdma link show | grep -q $RX
 
 ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p $PORT >/tmp/rping_s.log 2>&1 &
 srv=$!
-wait_for 100 cm_listening $PORT || ktap_print_msg "rping server not seen listening (rdma res)"
+wait_for 600 cm_listening $PORT || ktap_print_msg "rping server not seen listening (rdma res)"
 if ip netns exec $NS_B timeout 120 rping -c -a $ADDR_A -p $PORT -C 50 -S 64 -V >/tmp/rping_c.log 2>&1; then
 	ktap_test_pass "stock rping -c -V -C 50 -S 64 against stock rping -s across netns"
 else

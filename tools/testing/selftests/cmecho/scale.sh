@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 11
+ktap_set_plan 12
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -78,13 +78,16 @@ mkdir $CFS/pin
 exec {pfd}<$DFS/pin/connections
 rmdir $CFS/pin
 stale=$(cat <&$pfd 2>&1)
+stale_rc=$?
 rmdir_endpoints
 rmmod cmecho 2>/dev/null
 pinned=$?
 exec {pfd}<&-
-ktap_print_msg "read after rmdir: ${stale:-(nothing)}; rmmod with the file open: exit $pinned"
+ktap_print_msg "read after rmdir: ${stale:-(nothing)}, exit $stale_rc; rmmod with the file open: exit $pinned"
 ktap_check "an open debugfs file keeps cmecho loaded; closing it after its endpoint went is clean" \
 	test $pinned -ne 0
+ktap_check "a read of an open debugfs file once its endpoint is gone fails with EIO" \
+	test $stale_rc -ne 0 -a "${stale%Input/output error*}" != "$stale"
 unload_cmecho
 ktap_check "rdma res show cm_id: no id of cmecho left" no_cmecho_cm_ids
 ktap_check "debugfs: nothing of cmecho left after rmmod" test ! -e $DFS

@@ -35,7 +35,7 @@ disable_with_signal() {
 	slow_lock_on kworker 300 || return 1
 	sig_writer /tmp/sig.out &
 	pid=$!
-	wait_for 50 test -e /tmp/sig.out.ready
+	wait_for 300 test -e /tmp/sig.out.ready
 	while kill -USR1 $pid 2>/dev/null; do
 		nap 0.1
 	done
