@@ -396,11 +396,10 @@ def main():
                 diag.append(f"debug_locks {st['debug_locks']} {when}: lockdep turned itself off")
     result("debug_locks", not diag, "lockdep still on (debug_locks 1) at the end of the run", diag)
 
-    st = kernel_state(results / "kernel-state.start")
-    times = program_times(results, st["cpus"] if st else 1)
+    cpus = start["cpus"] if start else 1
+    times = program_times(results, cpus)
     if times:
-        out.append("# time per program: wall s, vCPU s busy, vCPU s idle "
-                   f"({st['cpus'] if st else 1} vCPUs)")
+        out.append(f"# time per program: wall s, vCPU s busy, vCPU s idle ({cpus} vCPUs)")
         try:
             limit = int(shell_value(SELFTESTS_LIB.parent / "settings", "timeout"))
         except SystemExit:
