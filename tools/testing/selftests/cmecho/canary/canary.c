@@ -28,6 +28,11 @@
  *                  watchdog_thresh 1 s)
  *   fault=rcu_stall    a grace period started, then 15 s with preemption off
  *                  (RCU CPU stall; canary.sh lowers rcu_cpu_stall_timeout to 3 s)
+ *   fault=redzone  a byte written just past a kmalloc(32) object (outside
+ *                  KASAN's view), then the object freed: SLUB's red zone check
+ *                  ("Right Redzone overwritten") runs when the object really
+ *                  goes back to its slab, which KASAN's quarantine defers;
+ *                  canary.sh shrinks the kmalloc caches to empty it
  *
  * The Rust half, cmecho_canary_rs.ko (canary_rs.rs), does what only Rust code can
  * show: a use-after-free that KASAN must see in Rust, and an overflow panic.
@@ -51,7 +56,7 @@
 
 static char fault[16];
 module_param_string(fault, fault, sizeof(fault), 0444);
-MODULE_PARM_DESC(fault, "warn, leak, lockdep, hang, panic, kasan, ubsan, atomic, kfence, stack, rcu, list, odebug, softlockup, hardlockup or rcu_stall");
+MODULE_PARM_DESC(fault, "warn, leak, lockdep, hang, panic, kasan, ubsan, atomic, kfence, stack, rcu, list, odebug, softlockup, hardlockup, rcu_stall or redzone");
 
 static DEFINE_MUTEX(canary_a);
 static DEFINE_MUTEX(canary_b);
@@ -92,6 +97,34 @@ static noinline int cmecho_canary_atomic(void)
 static noinline __no_sanitize_address char cmecho_canary_peek(const char *p)
 {
 	return READ_ONCE(*p);
+}
+
+/* A store KASAN does not check, so that SLUB's own red zone check sees it. */
+static noinline __no_sanitize_address void cmecho_canary_poke(char *p)
+{
+	WRITE_ONCE(*p, 0x55);
+}
+
+static noinline int cmecho_canary_redzone(void)
+{
+	char *p;
+
+	/*
+	 * An object KFENCE sampled has KFENCE's guards around it, not SLUB's red
+	 * zones: take another (KFENCE takes one allocation in many).
+	 */
+	for (;;) {
+		p = kmalloc(32, GFP_KERNEL);
+		if (!p)
+			return -ENOMEM;
+		if (!is_kfence_address(p))
+			break;
+		kfree(p);
+	}
+	/* kmalloc-32 has no slack: byte 32 is the first of the right red zone. */
+	cmecho_canary_poke(p + 32);
+	kfree(p);
+	return 0;
 }
 
 static noinline int cmecho_canary_rcu(void)
@@ -235,6 +268,8 @@ static int __init cmecho_canary_init(void)
 		cmecho_canary_busy(true, 6);
 	} else if (!strcmp(fault, "rcu_stall")) {
 		return cmecho_canary_rcu_stall();
+	} else if (!strcmp(fault, "redzone")) {
+		return cmecho_canary_redzone();
 	} else {
 		pr_err("cmecho_canary: unknown fault '%s'\n", fault);
 		return -EINVAL;
