@@ -44,16 +44,16 @@ for f in "${faults[@]}"; do
 	debug_assert) ktap_check "insmod cmecho_canary_rs.ko debug_assert=1" insmod "$CANARY_RS_KO" debug_assert=1 ;;
 	*) ktap_check "insmod cmecho_canary.ko fault=$f" insmod "$CANARY_KO" fault="$f" ;;
 	esac
-	# The freed object waits in KASAN's quarantine; shrinking a cache empties
-	# the quarantine of that cache's objects, and SLUB checks each as it frees it.
-	if [ "$f" = redzone ]; then
-		for shrink in /sys/kernel/slab/kmalloc-*/shrink; do
-			echo 1 >"$shrink"
-		done 2>/dev/null
-	fi
 	case $f in
 	softlockup | hardlockup) echo 10 >/proc/sys/kernel/watchdog_thresh ;;
 	rcu_stall) echo "$stall" >/sys/module/rcupdate/parameters/rcu_cpu_stall_timeout ;;
+	# The freed object waits in KASAN's quarantine; shrinking a cache empties
+	# the quarantine of that cache's objects, and SLUB checks each as it frees it.
+	redzone)
+		for shrink in /sys/kernel/slab/kmalloc-*/shrink; do
+			echo 1 >"$shrink"
+		done 2>/dev/null
+		;;
 	esac
 	rmmod cmecho_canary cmecho_canary_rs 2>/dev/null
 done
