@@ -27,6 +27,18 @@
  * new connection fails before it is ever established. Prints how many replies
  * and rejections it got; exits 0 when every request got an answer.
  *
+ *   hostile_peer client ADDR PORT hold N SECONDS LO HI
+ *
+ * Sends N connect requests at once, each without a QP, so that the server's
+ * reply comes to this program, which never answers it with the RTU and keeps
+ * its ids: the server's N connections stay accepted and not established for as
+ * long as the server lets them (the CM alone would wait as long as the request
+ * asks: about 65 s). Prints how many replies it got, how many of those the
+ * server rejected, and the shortest and longest wait from a reply to its
+ * reject; exits 0 when every request got a reply that the server rejected
+ * between LO and HI seconds after it (decimal fractions allowed), all within
+ * SECONDS; 2 when not; 1 on a setup error.
+ *
  *   hostile_peer rping ADDR PORT MODE
  *
  * Connects to an rping-mode server as an rping client would, then breaks the
@@ -48,6 +60,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,6 +301,106 @@ static int vanish(const char *addr, const char *port, int n)
 	return replies + rejects == n ? 0 : 1;
 }
 
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Connect requests whose replies are held: see the comment at the top. */
+static int hold(const char *addr, const char *port, int n, int seconds, double lo, double hi)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id **ids = calloc(n, sizeof(*ids));
+	double *replied = calloc(n, sizeof(*replied));
+	int i, replies = 0, ended = 0, failed = 0, other = 0;
+	double end, shortest = 1e9, longest = 0;
+	struct sockaddr_storage ss;
+
+	if (parse_addr(addr, port, &ss))
+		return 1;
+	if (!ch || !ids || !replied)
+		die("setup");
+	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+		die("fcntl");
+	for (i = 0; i < n; i++) {
+		if (rdma_create_id(ch, &ids[i], (void *)(long)i, RDMA_PS_TCP))
+			die("rdma_create_id");
+		if (rdma_resolve_addr(ids[i], NULL, (struct sockaddr *)&ss, 5000))
+			die("rdma_resolve_addr");
+	}
+	end = now_s() + seconds;
+	while (ended + failed + other < n && now_s() < end) {
+		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+		struct rdma_conn_param cp = { 0 };
+		struct rdma_cm_event *ev;
+		int type, status;
+
+		if (rdma_get_cm_event(ch, &ev)) {
+			if (errno != EAGAIN)
+				die("rdma_get_cm_event");
+			poll(&pfd, 1, 100);
+			continue;
+		}
+		i = (long)ev->id->context;
+		type = ev->event;
+		status = ev->status;
+		rdma_ack_cm_event(ev);
+		switch (type) {
+		case RDMA_CM_EVENT_ADDR_RESOLVED:
+			if (rdma_resolve_route(ids[i], 5000))
+				die("rdma_resolve_route");
+			break;
+		case RDMA_CM_EVENT_ROUTE_RESOLVED:
+			/* No QP: the reply comes to us, and no RTU answers it. */
+			cp.qp_num = 0x2234 + i;
+			cp.responder_resources = 1;
+			cp.initiator_depth = 1;
+			cp.retry_count = 7;
+			cp.rnr_retry_count = 7;
+			if (rdma_connect(ids[i], &cp))
+				die("rdma_connect");
+			break;
+		case RDMA_CM_EVENT_CONNECT_RESPONSE:
+			replies++;
+			replied[i] = now_s();
+			break;
+		case RDMA_CM_EVENT_REJECTED:
+			if (replied[i] > 0) {
+				double w = now_s() - replied[i];
+
+				ended++;
+				if (w > longest)
+					longest = w;
+				if (w < shortest)
+					shortest = w;
+				break;
+			}
+			/* fall through */
+		default:
+			if (replied[i] > 0) {
+				other++;
+				fprintf(stderr, "hostile_peer: request %d: event %d (status %d) after the reply\n",
+					i, type, status);
+			} else {
+				failed++;
+				fprintf(stderr, "hostile_peer: request %d: event %d before a reply\n",
+					i, type);
+			}
+		}
+	}
+	printf("hostile_peer: hold: %d requests, %d replies held, %d rejected by the server after %.2f to %.2f s (wanted %.2f to %.2f), %d other ends, %d failed before a reply\n",
+	       n, replies, ended, ended ? shortest : 0, longest, lo, hi, other, failed);
+	for (i = 0; i < n; i++)
+		rdma_destroy_id(ids[i]);
+	rdma_destroy_event_channel(ch);
+	free(ids);
+	free(replied);
+	return replies == n && ended == n && shortest >= lo && longest <= hi ? 0 : 2;
+}
+
 /* The first message of an rping client: where its buffer is, and how big. */
 static void rping_msg(char *m, uint64_t addr, uint32_t rkey, uint32_t size)
 {
@@ -437,13 +550,17 @@ int main(int argc, char **argv)
 
 	if (argc == 6 && !strcmp(argv[1], "client") && !strcmp(argv[4], "vanish"))
 		return vanish(argv[2], argv[3], atoi(argv[5]));
+	if (argc == 9 && !strcmp(argv[1], "client") && !strcmp(argv[4], "hold"))
+		return hold(argv[2], argv[3], atoi(argv[5]), atoi(argv[6]), atof(argv[7]),
+			    atof(argv[8]));
 	if (argc == 5 && !strcmp(argv[1], "rping"))
 		return rping_client(argv[2], argv[3], argv[4]);
 	if (argc < 5 || strcmp(argv[1], "server")) {
 		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst [SECONDS [LAST]]\n"
 			"       %s client ADDR PORT vanish N\n"
+			"       %s client ADDR PORT hold N SECONDS LO HI\n"
 			"       %s rping ADDR PORT short|long|zero|huge|badkey|twice\n",
-			argv[0], argv[0], argv[0]);
+			argv[0], argv[0], argv[0], argv[0]);
 		return 1;
 	}
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)

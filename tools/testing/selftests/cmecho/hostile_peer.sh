@@ -6,8 +6,10 @@
 # reason in last_error; copies sent right behind the last echo are ignored.
 # As a client it asks to connect and goes away before the connection is
 # established, against a server with max_conns: the failed connections are
-# released. More connections than a server's memory budget holds are
-# rejected. As an rping client it breaks the protocol with its first message
+# released; holding the server's replies without the RTU, its ids kept, it
+# gets each connection closed accept_timeout_ms after the accept, while an
+# honest client is served. More connections than a server's memory budget
+# holds are rejected. As an rping client it breaks the protocol with its first message
 # (15 or 17 bytes, size 0 or 1 MiB, a wrong rkey, two at once): the rping
 # server ends that connection with a reason, serves a stock rping afterwards,
 # and holds no more RDMA resources than before. Nothing else: no kernel-log
@@ -37,7 +39,7 @@ res_grew() {
 }
 
 ktap_print_header
-ktap_set_plan 22
+ktap_set_plan 25
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -101,13 +103,14 @@ rej=$(ep_get lim stats rejected)
 ktap_print_msg "lim: the peer exited $vanish_rc; the server accepted ${acc:-none} requests, rejected ${rej:-none}"
 [ "$vanish_rc" = 0 ] && [ "${acc:-0}" -ge 2 ] && [ $((${acc:-0} + ${rej:-0})) -ge 4 ]
 vanished=$?
-# lim_all_closed: every connection the server lists is closed.
-lim_all_closed() {
+# all_closed EP: every connection endpoint EP lists is closed.
+all_closed() {
 	local line
 	while IFS= read -r line; do
 		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
-	done <$CFS/lim/connections
+	done <"$CFS/$1/connections"
 }
+lim_all_closed() { all_closed lim; }
 poll 3000 lim_all_closed
 ktap_print_msg "lim: connections: $(tr '\n' ';' <$CFS/lim/connections)"
 ktap_check "connections failed before established are released" \
@@ -119,6 +122,35 @@ ktap_check "max_conns 2: two clients served after the failed requests" \
 	test $vanished = 0 -a "$(<$CFS/two/state)" = done
 rmdir $CFS/two
 rmdir $CFS/lim
+
+# Eight requests whose replies the peer holds, its ids kept, never sending the
+# RTU: the CM alone would keep each server connection as long as the request
+# asks (about 65 s). The server rejects each accept_timeout_ms (2 s here)
+# after its accept: the peer sees each reject 1 to 15 s after the reply (the
+# reply leaves after the accept, the deadline is checked every second, and
+# releasing eight connections under TCG takes seconds). The
+# server counts and names them, and serves an honest client meanwhile, which
+# stays connected for 5 s, past the deadline, and is not counted.
+endpoint $NS_A hold role=server mode=echo addr=$ADDR_A port=7340 accept_timeout_ms=2000 enable=1
+timeout 90 ip netns exec $NS_B "$PEER" client $ADDR_A 7340 hold 8 40 1 15 >/tmp/peer_hold.log 2>&1 &
+hold_pid=$!
+endpoint $NS_B honest role=client mode=echo addr=$ADDR_A port=7340 duration_ms=5000 enable=1
+wait_done honest 180
+wait $hold_pid
+hold_rc=$?
+sed 's/^/# peer hold: /' /tmp/peer_hold.log
+ktap_print_msg "hold: the peer exited $hold_rc; accept_timeouts $(ep_get hold stats accept_timeouts); last_error: $(<$CFS/hold/last_error)"
+ktap_check "eight replies held without the RTU: each rejected accept_timeout_ms after its accept, counted, named" \
+	test "$hold_rc" = 0 -a "$(ep_get hold stats accept_timeouts)" = 8 \
+	-a "$(grep -c 'accept_timeout_ms 2000: [1-8] connection(s) not established' $CFS/hold/last_error)" = 1
+ep_diag honest
+ktap_check "meanwhile an honest client is served for 5 s, not counted" \
+	test "$(<$CFS/honest/state)" = done -a "$(ep_get hold stats accept_timeouts)" = 8
+hold_all_closed() { all_closed hold; }
+poll 3000 hold_all_closed
+ktap_check "the held connections are released" hold_all_closed
+rmdir $CFS/honest
+rmdir $CFS/hold
 
 # The memory budget: 1 MiB of buffers per echo connection (depth 8, 64 KiB),
 # room for two. A third connection is rejected with a reason and counted; a
