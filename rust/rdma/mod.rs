@@ -18,7 +18,7 @@
 //! | [`listener`] | [`Listener`]: the passive side |
 //! | [`cq`] | work completions, from the CQ to the connection |
 //! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order) and posting |
-//! | [`workqueue`] | the module's workqueue, for work that must not run in a callback |
+//! | [`workqueue`] | the module's workqueue, for work that must not run in a callback, and [`Timer`] for a ULP's deadlines |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
 //! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel functions, enums and structs the layer uses |
 //!
@@ -88,5 +88,5 @@ pub(crate) use {
     listener::{ConnectRequest, ListenHandler, Listener, RejectReason},
     netns::NetNs,
     params::ConnParams,
-    workqueue::{spawn, WorkQueue},
+    workqueue::{spawn, Timer, TimerHandler, WorkQueue},
 };

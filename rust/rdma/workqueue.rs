@@ -9,7 +9,12 @@ use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::workqueue::{impl_has_work, new_work, Queue, Work, WorkItem};
+use kernel::sync::{new_spinlock, Arc, SpinLock};
+use kernel::time::msecs_to_jiffies;
+use kernel::workqueue::{
+    impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Queue, Work,
+    WorkItem,
+};
 
 /// The module's workqueue: null before [`WorkQueue::new`] and after its drop.
 ///
@@ -133,4 +138,119 @@ pub(crate) fn spawn<T: FnOnce() + Send + 'static>(f: T) -> Result {
     )?;
     q.enqueue(job);
     Ok(())
+}
+
+/// What a [`Timer`] runs when it fires.
+pub(crate) trait TimerHandler: Send + Sync + 'static {
+    /// Runs once per [`Timer::arm`] that was not disarmed, on the module's
+    /// workqueue, in process context; it may arm the timer again.
+    fn fire(self: Arc<Self>);
+}
+
+/// A one-shot timer on the module's workqueue, for a deadline of a ULP's.
+///
+/// The timer holds its handler from [`Timer::arm`] until it fires or is
+/// disarmed: an armed timer keeps what it will call alive, and a handler that
+/// keeps its timer makes no cycle once the timer is disarmed. The owner must
+/// disarm it ([`Timer::disarm_sync`]) before the module can unload: an armed
+/// timer would queue its work on a workqueue that is gone.
+///
+/// # Invariants
+///
+/// While the work item is pending (queued with a delay) it holds one
+/// reference on this timer, made by `Arc::into_raw` in `enqueue_delayed`.
+/// `handler` is `Some` only from a successful enqueue until `run` or
+/// [`Timer::disarm_sync`] takes it.
+#[pin_data]
+pub(crate) struct Timer<H: TimerHandler> {
+    #[pin]
+    work: DelayedWork<Timer<H>>,
+    #[pin]
+    handler: SpinLock<Option<Arc<H>>>,
+}
+
+impl_has_delayed_work! {
+    impl{H: TimerHandler} HasDelayedWork<Self> for Timer<H> { self.work }
+}
+
+impl<H: TimerHandler> WorkItem for Timer<H> {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        let h = this.handler.lock().take();
+        if let Some(h) = h {
+            h.fire();
+        }
+    }
+}
+
+impl<H: TimerHandler> Timer<H> {
+    /// A timer that is not armed.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                work <- new_delayed_work!("cmecho_timer"),
+                handler <- new_spinlock!(None, "cmecho_timer_handler"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Arms the timer to call `h.fire()` in `ms` milliseconds. Does nothing and
+    /// returns false when it is armed already, or when the module has no
+    /// workqueue (being unloaded).
+    ///
+    /// Never sleeps: it may be called in a CM handler or under a spinlock.
+    pub(crate) fn arm(self: &Arc<Self>, h: Arc<H>, ms: u32) -> bool {
+        let Some(q) = workqueue() else {
+            return false;
+        };
+        let mut g = self.handler.lock();
+        if g.is_some() {
+            return false;
+        }
+        match q.enqueue_delayed(self.clone(), msecs_to_jiffies(ms)) {
+            Ok(()) => {
+                // INVARIANT: The work item was enqueued, with the reference
+                // `enqueue_delayed` made; `handler` is set under the same lock.
+                *g = Some(h);
+                true
+            }
+            // A `disarm_sync` is cancelling the work item, which refuses to be
+            // queued meanwhile; `enqueue_delayed` gave the reference back.
+            Err(_) => false,
+        }
+    }
+
+    /// Disarms the timer and waits for a `fire` that already started. After it
+    /// returns no `fire` runs until the next [`Timer::arm`]; the caller keeps
+    /// arms from racing with it. May sleep; must not be called from the
+    /// timer's own `fire`.
+    pub(crate) fn disarm_sync(self: &Arc<Self>) {
+        let work: *const DelayedWork<Self> = &self.work;
+        // SAFETY: `work` points to the `DelayedWork` of this live timer; the
+        // `work_struct` inside it is the `work` field of a `delayed_work`.
+        let dwork = unsafe {
+            kernel::container_of!(
+                Work::raw_get(DelayedWork::raw_as_work(work)),
+                bindings::delayed_work,
+                work
+            )
+        };
+        // SAFETY: `dwork` is the initialised `delayed_work` of this timer, which
+        // lives at least as long as `self`. This runs in process context and,
+        // as documented, not from the work item itself.
+        let cancelled = unsafe { bindings::cancel_delayed_work_sync(dwork) };
+        if cancelled {
+            // SAFETY: By the type invariant a pending work item held one
+            // reference on this timer, made by `Arc::into_raw` of a clone of an
+            // `Arc` of this allocation; cancelled, it gives that reference back
+            // and nothing else will use it.
+            drop(unsafe { Arc::from_raw(Arc::as_ptr(self)) });
+        }
+        // INVARIANT: The work item is neither pending nor running; the handler
+        // of an arm that raced with the cancel goes too.
+        let h = self.handler.lock().take();
+        drop(h);
+    }
 }
