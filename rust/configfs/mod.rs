@@ -114,6 +114,7 @@ impl configfs::GroupOperations for Root {
                 resolve_timeout_ms: 29,
                 resolve_retries: 30,
                 connect_timeout_ms: 31,
+                accept_timeout_ms: 32,
             ],
         };
         Ok(configfs::Group::new(
@@ -464,6 +465,14 @@ endpoint_attr!(31,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.connect_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("connect_timeout_ms", |c| {
         c.connect_timeout_ms = number(page, 100u32, 600_000, "must be 100..600000")?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(32,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.accept_timeout_ms)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("accept_timeout_ms", |c| {
+        c.accept_timeout_ms = number(page, 100u32, 600_000, "must be 100..600000")?;
         Ok(())
     }),
 );

@@ -16,6 +16,12 @@ pub(crate) const MAX_CLIENTS: u32 = 64;
 pub(crate) const MAX_COUNT: u64 = 10_000_000;
 /// The default buffer memory budget of an endpoint, in KiB (256 MiB).
 pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 256 * 1024;
+/// How long a server waits for an accepted connection to be established, by
+/// default: as long as a client waits for its connect (`CONNECT_TIMEOUT_MS`).
+/// An honest client answers the accept within a round trip; the CM itself
+/// would wait as long as the client's connect request asks (about 65 s for
+/// librdmacm's, up to days for a crafted one).
+pub(crate) const ACCEPT_TIMEOUT_MS: u32 = CONNECT_TIMEOUT_MS;
 
 /// Which side an endpoint plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +126,9 @@ pub(crate) struct Config {
     /// How long a client's connection may take from `rdma_connect` to
     /// established, in ms.
     pub(crate) connect_timeout_ms: u32,
+    /// How long a server waits for an accepted connection to be established
+    /// (the client's RTU), in ms.
+    pub(crate) accept_timeout_ms: u32,
 }
 
 impl Default for Config {
@@ -149,6 +158,7 @@ impl Default for Config {
             resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
             resolve_retries: RESOLVE_RETRIES,
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
+            accept_timeout_ms: ACCEPT_TIMEOUT_MS,
         }
     }
 }

@@ -21,12 +21,15 @@
 //! 5. The `rdma` layer's own locks, `cmecho_conn_res` (held while a
 //!    `Conn::with_res` closure runs: the echo service's closures only post and
 //!    copy), `cmecho_conn_inner` and `cmecho_listener_inner`, which nest with
-//!    nothing of cmecho's.
+//!    nothing of cmecho's, and `cmecho_timer_handler`, the spinlock of the
+//!    accept deadline's timer, taken when it is armed.
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the
 //! CM's handlers and drain CQs, which take locks 3 to 5. `Shared::inner` is not
-//! held while a `Run` that holds a listener is dropped, for the same reason.
+//! held while a `Run` that holds a listener is dropped, for the same reason,
+//! nor while the accept deadline's timer is disarmed: that waits for its
+//! `fire`, which takes `Shared::inner`.
 
 use super::admission;
 use super::config::{Addr, Config, Mode, Role};
@@ -35,13 +38,14 @@ use super::{client, native, server};
 use crate::rdma::params::Ece;
 use crate::rdma::verbs::{QpAttrs, QpConfig};
 use crate::rdma::{
-    Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError,
+    Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError, Timer,
+    TimerHandler,
 };
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
-use kernel::time::{msecs_to_jiffies, Delta};
+use kernel::time::{msecs_to_jiffies, Delta, Instant, Monotonic};
 
 /// An endpoint's state, as `state` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +105,7 @@ impl<H: EchoConn> ConnView for Conn<H> {
 
 /// A connection an endpoint keeps, whatever its handler type.
 trait EpConn: ConnView {
+    fn close(&self);
     fn close_and_wait(&self);
     /// The same connection, seen only as a [`ConnView`] (no trait upcasting:
     /// it needs a newer compiler than the kernel's minimum).
@@ -108,6 +113,10 @@ trait EpConn: ConnView {
 }
 
 impl<H: EchoConn> EpConn for Conn<H> {
+    fn close(&self) {
+        Conn::close(self)
+    }
+
     fn close_and_wait(&self) {
         // Only fails inside a callback of the rdma layer or a `with_res`
         // closure; endpoints call this from process context.
@@ -135,12 +144,20 @@ impl<L: crate::rdma::ListenHandler> EpListener for Listener<L> {
     }
 }
 
+/// A connection an endpoint keeps.
+struct Kept {
+    conn: Arc<dyn EpConn>,
+    /// A server's connection until it is seen established: when it was
+    /// accepted, for `accept_timeout_ms`.
+    accepted: Option<Instant<Monotonic>>,
+}
+
 /// The running parts of an enabled endpoint.
 struct Run {
     /// A server's listener.
     listener: Option<Arc<dyn EpListener>>,
     /// Accepted (server) or opened (client) connections.
-    conns: KVec<Arc<dyn EpConn>>,
+    conns: KVec<Kept>,
 }
 
 impl Run {
@@ -153,14 +170,14 @@ impl Run {
 
     /// Forgets connections that have closed.
     fn prune(&mut self) {
-        self.conns.retain(|c| c.state() != ConnState::Closed);
+        self.conns.retain(|k| k.conn.state() != ConnState::Closed);
     }
 
     /// How many connections are established.
     fn established(&self) -> usize {
         self.conns
             .iter()
-            .filter(|c| c.state() == ConnState::Established)
+            .filter(|k| k.conn.state() == ConnState::Established)
             .count()
     }
 }
@@ -182,6 +199,10 @@ struct Inner {
     unfinished: u32,
     /// An enable or disable is under way (it may drop the lock meanwhile).
     changing: bool,
+    /// The accept deadline's timer is armed or its `fire` is about to run: a
+    /// newly kept connection is then seen by that `fire`, which arms the
+    /// timer again for what is left.
+    reaper_armed: bool,
 }
 
 /// The part of an endpoint its connections share.
@@ -193,6 +214,9 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     #[pin]
     changed: CondVar,
+    /// A server's accept deadline: armed while an accepted connection is not
+    /// established, disarmed by `stop`.
+    reaper: Arc<Timer<Shared>>,
 }
 
 /// One cmecho endpoint: a configfs directory.
@@ -235,8 +259,10 @@ impl Endpoint {
                     setups: 0,
                     unfinished: 0,
                     changing: false,
+                    reaper_armed: false,
                 }, "cmecho_shared_inner"),
                 changed <- new_condvar!("cmecho_shared_changed"),
+                reaper: Timer::new()?,
             }),
             GFP_KERNEL,
         )?;
@@ -502,8 +528,8 @@ impl Shared {
     pub(crate) fn connections(&self) -> KVec<Arc<dyn ConnView>> {
         let g = self.inner.lock();
         let mut v = KVec::new();
-        for c in g.run.conns.iter() {
-            if v.push(c.clone().as_view(), GFP_KERNEL).is_err() {
+        for k in g.run.conns.iter() {
+            if v.push(k.conn.clone().as_view(), GFP_KERNEL).is_err() {
                 break;
             }
         }
@@ -585,8 +611,11 @@ impl Shared {
             let mut g = self.inner.lock();
             g.enabled = false;
             g.changing = true;
+            g.reaper_armed = false;
             core::mem::replace(&mut g.run, Run::new())
         };
+        // Not enabled any more: nothing arms the deadline again.
+        self.reaper.disarm_sync();
         // No new connections first, then close the ones there are.
         if let Some(l) = &run.listener {
             l.stop();
@@ -616,12 +645,22 @@ impl Shared {
     }
 
     /// Keeps a connection, unless the endpoint is disabled or out of memory, in
-    /// which case it is closed.
-    fn keep<H: EchoConn>(&self, conn: Arc<Conn<H>>) -> Result {
+    /// which case it is closed. A server's (`accepted`) is closed unless it is
+    /// established within `accept_timeout_ms`.
+    fn keep<H: EchoConn>(self: &Arc<Self>, conn: Arc<Conn<H>>, accepted: bool) -> Result {
         let mut g = self.inner.lock();
         if g.enabled {
             g.run.prune();
-            if g.run.conns.push(conn.clone(), GFP_KERNEL).is_ok() {
+            let kept = Kept {
+                conn: conn.clone(),
+                accepted: accepted.then(Instant::now),
+            };
+            if g.run.conns.push(kept, GFP_KERNEL).is_ok() {
+                if accepted && !g.reaper_armed {
+                    g.reaper_armed = self
+                        .reaper
+                        .arm(self.clone(), g.cfg.accept_timeout_ms.min(REAPER_TICK_MS));
+                }
                 return Ok(());
             }
         }
@@ -632,9 +671,9 @@ impl Shared {
 
     /// A server accepted a connection: counts and keeps it (on failure `keep` has
     /// closed it).
-    pub(super) fn accepted<H: EchoConn>(&self, conn: Arc<Conn<H>>) {
+    pub(super) fn accepted<H: EchoConn>(self: &Arc<Self>, conn: Arc<Conn<H>>) {
         self.stats(|s| s.connections += 1);
-        let _ = self.keep(conn);
+        let _ = self.keep(conn, true);
     }
 
     /// A server failed to accept a connection.
@@ -708,7 +747,7 @@ pub(super) fn spawn_connect<H: EchoConn>(
     qp: QpConfig,
 ) -> Result {
     let conn = Conn::new_active(handler, cfg.conn_params())?;
-    if shared.keep(conn.clone()).is_err() {
+    if shared.keep(conn.clone(), false).is_err() {
         return Err(ECONNABORTED);
     }
     shared.inner.lock().setups += 1;
@@ -738,9 +777,72 @@ pub(super) fn spawn_connect<H: EchoConn>(
 }
 
 /// Closes connections and waits for each; the callers run in process context.
-fn close_all(conns: &[Arc<dyn EpConn>]) {
-    for c in conns {
-        c.close_and_wait();
+fn close_all(conns: &[Kept]) {
+    for k in conns {
+        k.conn.close_and_wait();
+    }
+}
+
+/// The longest the accept deadline's timer waits, in ms: while a connection
+/// waits to be established, the deadline is checked at least this often, so
+/// that the timer wheel's slack (an eighth of a long delay) does not add to it.
+const REAPER_TICK_MS: u32 = 1000;
+
+/// The accept deadline: closes each server connection not established within
+/// `accept_timeout_ms` of its accept, whatever timeout the peer's connect
+/// request asked the CM for, and counts it.
+impl TimerHandler for Shared {
+    fn fire(self: Arc<Self>) {
+        let mut late = KVec::new();
+        let mut g = self.inner.lock();
+        g.reaper_armed = false;
+        if !g.enabled {
+            return;
+        }
+        let limit = i64::from(g.cfg.accept_timeout_ms);
+        let mut next: Option<i64> = None;
+        for k in g.run.conns.iter_mut() {
+            let Some(t) = k.accepted else {
+                continue;
+            };
+            match k.conn.state() {
+                ConnState::Connecting | ConnState::AddrResolved | ConnState::RouteResolved => {}
+                // Established, or ended some other way: no deadline any more.
+                _ => {
+                    k.accepted = None;
+                    continue;
+                }
+            }
+            let left = limit - t.elapsed().as_millis();
+            if left > 0 {
+                next = Some(next.map_or(left, |n| n.min(left)));
+            } else if late.push(k.conn.clone(), GFP_KERNEL).is_ok() {
+                k.accepted = None;
+            } else {
+                // No memory to note it now: the next firing closes it.
+                next = Some(next.map_or(1, |n| n.min(1)));
+            }
+        }
+        if !late.is_empty() {
+            g.stats.accept_timeouts += late.len() as u64;
+            set_error(
+                &mut g,
+                fmt!(
+                    "server: accept_timeout_ms {}: {} connection(s) not established; closed",
+                    limit,
+                    late.len()
+                ),
+            );
+        }
+        if let Some(ms) = next {
+            // Under `inner`, which `stop` takes before it disarms.
+            let ms = u32::try_from(ms).unwrap_or(u32::MAX).min(REAPER_TICK_MS);
+            g.reaper_armed = self.reaper.arm(self.clone(), ms);
+        }
+        drop(g);
+        for c in &late {
+            c.close();
+        }
     }
 }
 

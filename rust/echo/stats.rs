@@ -28,6 +28,9 @@ pub(crate) struct Stats {
     pub(crate) verify_errors: u64,
     /// Client connections whose setup failed.
     pub(crate) connect_failed: u64,
+    /// Server connections closed because they were not established within
+    /// `accept_timeout_ms` of their accept.
+    pub(crate) accept_timeouts: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
     pub(crate) wc_errors: [(i32, u64); 8],
     pub(crate) rtt_n: u64,
