@@ -17,6 +17,7 @@
 #include <linux/kallsyms.h>
 #include <linux/kprobes.h>
 #include <linux/module.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/stacktrace.h>
 #include <linux/string.h>
@@ -31,11 +32,17 @@ MODULE_PARM_DESC(comm, "only tasks whose name starts with this are slowed");
 
 static unsigned int delay_ms = 300;
 module_param(delay_ms, uint, 0644);
-MODULE_PARM_DESC(delay_ms, "busy wait before each slowed mutex_lock, at most 2000; 0 disarms");
+MODULE_PARM_DESC(delay_ms, "busy wait before each slowed mutex_lock, at most 5000; 0 disarms");
 
 static unsigned int hits;
 module_param(hits, uint, 0644);
 MODULE_PARM_DESC(hits, "mutex acquisitions slowed so far");
+
+/*
+ * The longest wait: the busy wait runs with preemption off, and 5 s stays well
+ * below the soft-lockup (20 s) and RCU stall (21 s) reports.
+ */
+#define SLOW_LOCK_MAX_MS 5000U
 
 /* Frames looked at: the probe's own, ftrace's, the lock's, its callers'. */
 #define SLOW_LOCK_FRAMES 12
@@ -69,9 +76,27 @@ static bool slow_lock_from_target(struct pt_regs *regs)
 	return false;
 }
 
+/*
+ * Waits ms milliseconds, busy (a probe cannot sleep) but telling RCU every
+ * millisecond that this CPU passed a quiescent state: the slowed task holds no
+ * RCU read lock (it is about to take a mutex), and what runs elsewhere, such
+ * as a device removal, must not wait for this CPU's grace period meanwhile.
+ */
+static void slow_lock_wait(unsigned int ms)
+{
+	unsigned long flags;
+
+	while (ms--) {
+		mdelay(1);
+		local_irq_save(flags);
+		rcu_momentary_eqs();
+		local_irq_restore(flags);
+	}
+}
+
 static int slow_lock_pre(struct kprobe *p, struct pt_regs *regs)
 {
-	unsigned int ms = min(READ_ONCE(delay_ms), 2000U);
+	unsigned int ms = min(READ_ONCE(delay_ms), SLOW_LOCK_MAX_MS);
 	size_t len = strnlen(comm, sizeof(comm));
 
 	if (!ms || !len || strncmp(current->comm, comm, len))
@@ -79,7 +104,7 @@ static int slow_lock_pre(struct kprobe *p, struct pt_regs *regs)
 	if (!slow_lock_from_target(regs))
 		return 0;
 	WRITE_ONCE(hits, READ_ONCE(hits) + 1);
-	mdelay(ms);
+	slow_lock_wait(ms);
 	return 0;
 }
 
@@ -92,7 +117,7 @@ static int __init slow_lock_init(void)
 {
 	int ret;
 
-	if (!target[0] || delay_ms > 2000)
+	if (!target[0] || delay_ms > SLOW_LOCK_MAX_MS)
 		return -EINVAL;
 	ret = register_kprobe(&slow_lock_kp);
 	if (ret)
