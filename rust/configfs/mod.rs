@@ -397,9 +397,9 @@ endpoint_attr!(21,
 );
 
 endpoint_attr!(22,
-    show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.max_conns)),
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.max_conns)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("max_conns", |c| {
-        c.max_conns = opt_number(page, 1u32, MAX_CONNS, "must be unset or 1..1024")?;
+        c.max_conns = number(page, 1u32, MAX_CONNS, "must be 1..1024")?;
         Ok(())
     }),
 );

@@ -146,10 +146,8 @@ pub(super) fn admit(cfg: &Config, live: usize, offered: u32) -> Result<Option<Ec
             conn_kib: need.div_ceil(1024),
         });
     }
-    if let Some(max) = cfg.max_conns {
-        if live >= max as usize {
-            return Err(Refusal::MaxConns(max));
-        }
+    if live >= cfg.max_conns as usize {
+        return Err(Refusal::MaxConns(cfg.max_conns));
     }
     let mine = cfg.ece();
     match mine {

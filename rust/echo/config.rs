@@ -14,8 +14,15 @@ pub(crate) const MAX_ADDR_LEN: usize = 64;
 pub(crate) const MAX_CLIENTS: u32 = 64;
 /// The most pings per client connection.
 pub(crate) const MAX_COUNT: u64 = 10_000_000;
-/// The default buffer memory budget of an endpoint, in KiB (256 MiB).
-pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 256 * 1024;
+/// The most connections a server keeps at once, by default. Each holds a QP,
+/// a CQ, a PD, an MR and its buffers beyond what `mem_budget_kib` counts; 256
+/// is 64 clients of a full `clients` four times over.
+pub(crate) const DEFAULT_MAX_CONNS: u32 = 256;
+/// The default buffer memory budget of an endpoint, in KiB (64 MiB): room for
+/// `DEFAULT_MAX_CONNS` rping server connections (64 KiB and two messages
+/// each) four times over, or two echo connections at their largest (depth
+/// 256 of 64 KiB, twice).
+pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 64 * 1024;
 /// How long a server waits for an accepted connection to be established, by
 /// default: as long as a client waits for its connect (`CONNECT_TIMEOUT_MS`).
 /// An honest client answers the accept within a round trip; the CM itself
@@ -109,8 +116,8 @@ pub(crate) struct Config {
     pub(crate) initiator_depth: Option<u8>,
     /// Outstanding RDMA READs this side accepts (`None`: 1, as rping).
     pub(crate) responder_resources: Option<u8>,
-    /// Most connections a server keeps at once (`None`: no limit).
-    pub(crate) max_conns: Option<u32>,
+    /// Most connections a server keeps at once.
+    pub(crate) max_conns: u32,
     /// Pings per client connection.
     pub(crate) count: u64,
     /// Bytes per ping.
@@ -150,7 +157,7 @@ impl Default for Config {
             ece_strict: false,
             initiator_depth: None,
             responder_resources: None,
-            max_conns: None,
+            max_conns: DEFAULT_MAX_CONNS,
             count: 10,
             size: 64,
             clients: 1,

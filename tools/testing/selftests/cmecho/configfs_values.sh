@@ -23,7 +23,7 @@ declare -A BAD=(
 	[ece_policy]="|strictx|1|$HUGE"
 	[initiator_depth]="|abc|0|129|-1|$HUGE"
 	[responder_resources]="|abc|0|129|-1|$HUGE"
-	[max_conns]="|abc|0|1025|-1|$HUGE"
+	[max_conns]="|abc|0|1025|-1|unset|$HUGE"
 	[mode]="|echox|RPING|$HUGE"
 	[depth]="|abc|0|257|-1|$HUGE"
 	[duration_ms]="|abc|0|3600001|-1|$HUGE"
@@ -39,10 +39,25 @@ responder_resources max_conns mode depth duration_ms mem_budget_kib resolve_time
 resolve_retries connect_timeout_ms accept_timeout_ms"
 
 ktap_print_header
-ktap_set_plan 45
+ktap_set_plan 46
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
+
+# A new endpoint reads the defaults of the ABI document; the limits of a server
+# (max_conns, mem_budget_kib, accept_timeout_ms) are finite.
+DEFAULTS="role=client addr=unset port=7174 ack_timeout=unset count=10 size=64 clients=1
+enable=0 min_rnr_timer=unset retry_count=unset rnr_retry_count=unset tos=unset
+ece_vendor_id=unset ece_attr_mod=unset ece_policy=relaxed initiator_depth=unset
+responder_resources=unset max_conns=256 mode=rping depth=1 duration_ms=unset
+mem_budget_kib=65536 resolve_timeout_ms=2000 resolve_retries=3 connect_timeout_ms=30000
+accept_timeout_ms=30000"
+ok=1
+for kv in $DEFAULTS; do
+	got=$(<$CFS/ep/${kv%%=*})
+	[ "$got" = "${kv#*=}" ] || { ktap_print_msg "${kv%%=*}: default '$got', documented '${kv#*=}'"; ok=0; }
+done
+ktap_check "a new endpoint reads the documented defaults" test $ok = 1
 
 # Every step below avoids forking: on the debug kernel under TCG a process
 # creation costs about a second, and the loops below make hundreds of writes.
@@ -120,8 +135,8 @@ ktap_check "state unchanged (idle) after every bad write" test "$(<$CFS/ep/state
 rt=1
 for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32 \
 	ece_vendor_id=0x1234 ece_attr_mod=0x5 ece_policy=strict initiator_depth=4 \
-	responder_resources=4 max_conns=8 port=7000 count=7 size=100 clients=3 role=server \
-	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset max_conns=unset mode=echo \
+	responder_resources=4 max_conns=8 max_conns=1 max_conns=1024 port=7000 count=7 size=100 clients=3 role=server \
+	addr=10.1.2.3 addr=fe80::1%lo ack_timeout=unset tos=unset mode=echo \
 	depth=256 duration_ms=1500 duration_ms=unset mode=rping mem_budget_kib=64 \
 	mem_budget_kib=16777216 resolve_timeout_ms=100 resolve_timeout_ms=60000 \
 	resolve_retries=0 resolve_retries=10 connect_timeout_ms=100 connect_timeout_ms=600000 \

@@ -8,7 +8,8 @@
 # established, against a server with max_conns: the failed connections are
 # released; holding the server's replies without the RTU, its ids kept, it
 # gets each connection closed accept_timeout_ms after the accept, while an
-# honest client is served. More connections than a server's memory budget
+# honest client is served; more held at once than the default max_conns get
+# the excess rejected. More connections than a server's memory budget
 # holds are rejected. As an rping client it breaks the protocol with its first message
 # (15 or 17 bytes, size 0 or 1 MiB, a wrong rkey, two at once): the rping
 # server ends that connection with a reason, serves a stock rping afterwards,
@@ -39,7 +40,7 @@ res_grew() {
 }
 
 ktap_print_header
-ktap_set_plan 25
+ktap_set_plan 27
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -151,6 +152,27 @@ poll 3000 hold_all_closed
 ktap_check "the held connections are released" hold_all_closed
 rmdir $CFS/honest
 rmdir $CFS/hold
+
+# More requests held at once than a server's default max_conns (256): the
+# server accepts 256 and closes them accept_timeout_ms (20 s here) after the
+# accept; it rejects the other 4 at once, and counts them. The peer's summary
+# line gives what it saw: 256 replies, each rejected after it, and 4 requests
+# rejected before a reply.
+endpoint $NS_A many role=server mode=echo addr=$ADDR_A port=7350 accept_timeout_ms=20000 enable=1
+timeout 200 ip netns exec $NS_B "$PEER" client $ADDR_A 7350 hold 260 150 1 120 >/tmp/peer_many.log 2>&1
+sed 's/^/# peer hold 260: /' /tmp/peer_many.log | tail -5
+line=$(grep 'hold: 260 requests' /tmp/peer_many.log)
+ktap_print_msg "many: rejected $(ep_get many stats rejected), accept_timeouts $(ep_get many stats accept_timeouts); last_error: $(<$CFS/many/last_error)"
+ktap_check "260 held requests against the default max_conns: 256 accepted and closed after accept_timeout_ms, 4 rejected, counted" \
+	test "${line#*260 requests, 256 replies held, 256 rejected}" != "$line" \
+	-a "${line%, 4 failed before a reply}" != "$line" \
+	-a "$(ep_get many stats rejected)" = 4 -a "$(ep_get many stats accept_timeouts)" = 256
+# The connections file lists a page of them: count cmecho's QPs instead (the
+# other endpoints are gone).
+many_released() { [ "$(res_of qp cmecho -c)" = 0 ]; }
+poll 3000 many_released
+ktap_check "the 256 held connections are released: cmecho holds no QP" many_released
+rmdir $CFS/many
 
 # The memory budget: 1 MiB of buffers per echo connection (depth 8, 64 KiB),
 # room for two. A third connection is rejected with a reason and counted; a
