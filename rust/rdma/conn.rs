@@ -25,8 +25,8 @@
 //! | setting up | any other `*_ERROR`, `UNREACHABLE`, `REJECTED` | `Failed` | [`Conn::connect`] fails and closes; else the connection closes itself | the close |
 //! | `Established` | `*_ERROR`, `DISCONNECTED` | `Failed`, `Disconnected` | [`ConnHandler::ended`] once, with [`EndReason::Disconnected`]; the ULP closes | the close |
 //! | setting up | `DISCONNECTED` | `Disconnected` | closes itself unless `connecting` | the close |
-//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases | [`Conn::connect`]; the CM, for an accept |
-//! | not `connecting`, id still held (also `Closing` with the release queued) | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established; the release finds nothing left | the CM, when the handler returns |
+//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases; if `ESTABLISHED` came, [`Conn::connect`] succeeds and [`ConnHandler::ended`] is called once with [`EndReason::DeviceRemoval`] | [`Conn::connect`]; the CM, for an accept |
+//! | not `connecting`, id still held (also `Closing` with the release queued) | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established; closes itself if it never was (an accepted connection without its RTU); the release finds nothing left | the CM, when the handler returns |
 //! | id taken by the release | `DEVICE_REMOVAL` | unchanged | nothing: `rdma_destroy_id` waits for this handler | the release |
 //! | any but `Closing`, `Closed` | [`Conn::close`] | `Closing` | the release is queued on the module's workqueue | the close |
 //! | any, `connecting` | the release | `Closing` (or stays `DeviceRemoved`) | [`Conn::connect`] or the accept sees it and releases when it returns | [`Conn::connect`]; the CM, for an accept |
@@ -987,32 +987,44 @@ impl<H: ConnHandler> Conn<H> {
     /// critical section.
     ///
     /// - `connect` is using the id: it sees the state, fails, and destroys the QP
-    ///   and the id itself, which the CM waits for ([`Verdict::Keep`]).
+    ///   and the id itself, which the CM waits for ([`Verdict::Keep`]). If
+    ///   `ESTABLISHED` came, `connect` succeeds, and the handler learns of the
+    ///   end here ([`ConnHandler::ended`]).
     /// - A close took the id already and is destroying it; `rdma_destroy_id`
     ///   waits for this handler ([`Verdict::Keep`]).
     /// - Otherwise this path takes the id, the QP resources and the sink, releases
     ///   the resources and gives the id back to the CM ([`Verdict::DestroyId`]):
     ///   a close that comes later finds nothing to release.
     fn device_removed(&self) -> Verdict {
-        let (id, res, sink, was_established) = {
+        let (id, res, sink, established, never) = {
             let mut rg = self.res.lock();
             let mut g = self.inner.lock();
             if g.connecting {
+                // Established already, `connect` will succeed: the handler
+                // learns here that the connection ended, as it would once
+                // `connect` returned.
+                let first = !g.ended && g.state == ConnState::Established;
+                g.ended |= first;
                 if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
                     g.state = ConnState::DeviceRemoved;
                 }
                 drop(g);
+                drop(rg);
                 self.changed.notify_all();
+                if first {
+                    self.handler.ended(self, EndReason::DeviceRemoval);
+                }
                 return Verdict::Keep;
             }
             let Some(id) = g.id.take() else {
                 return Verdict::Keep;
             };
-            let was_established = g.state == ConnState::Established;
+            let established = g.state == ConnState::Established;
+            let never = !g.was_established;
             if !matches!(g.state, ConnState::Closing | ConnState::Closed) {
                 g.state = ConnState::DeviceRemoved;
             }
-            (id, rg.take(), g.sink.take(), was_established)
+            (id, rg.take(), g.sink.take(), established, never)
         };
         if let Some(res) = res {
             // SAFETY: The id is handed back only below; a CM handler is not a
@@ -1025,12 +1037,17 @@ impl<H: ConnHandler> Conn<H> {
         self.changed.notify_all();
         let first = {
             let mut g = self.inner.lock();
-            let first = !g.ended && was_established;
+            let first = !g.ended && established;
             g.ended = true;
             first
         };
         if first {
             self.handler.ended(self, EndReason::DeviceRemoval);
+        } else if never {
+            // Accepted, never established, and no `connect` waits for it: as
+            // after a reject (`after_end`), nobody else would close it, and it
+            // would hold its place until the listener's owner stops.
+            self.close();
         }
         Verdict::DestroyId
     }

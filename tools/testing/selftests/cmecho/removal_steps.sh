@@ -4,12 +4,14 @@
 # handler (removal_listen.sh: a removal at each step of a server's start;
 # removal.sh races it with whole operations). Each returns, the id is destroyed
 # once (a double destroy shows as a KASAN or SLUB report), each endpoint says
-# what happened, and nothing of cmecho is left. A program of its own: each step
+# what happened, and nothing of cmecho is left. Then the two gaps of a removal
+# around ESTABLISHED: a server's connection not yet established, and a
+# client's connect that has not returned yet. A program of its own: each step
 # is a device removal and a new rxe link, 25 to 45 s under TCG.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 3
+ktap_set_plan 5
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -45,6 +47,63 @@ close_in_removal() {
 }
 ktap_check "a close at each step of the removal's handler: one destroy, all return, nothing left" \
 	close_in_removal
+
+# A server's connections removed before they are established (the peer holds
+# the replies, never sending the RTU): released at once, as when the peer
+# rejects the reply, not kept against max_conns and the memory budget until
+# the server is disabled (accept_timeout_ms is long here).
+PEER=$SELFTEST_DIR/hostile_peer
+endpoint $NS_A held role=server mode=echo addr=$ADDR_A port=7540 accept_timeout_ms=600000 enable=1
+ip netns exec $NS_B timeout 100 "$PEER" client $ADDR_A 7540 hold 2 60 0 100 >/tmp/peer_rm.log 2>&1 &
+peer=$!
+key_is held stats connections 2 600 || ktap_print_msg "held: the requests did not come"
+rdma link del $RXE_A
+# held_closed: every connection the server lists is closed.
+held_closed() {
+	local line
+	while IFS= read -r line; do
+		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
+	done <"$CFS/held/connections"
+}
+poll 300 held_closed
+ktap_print_msg "held: $(<$CFS/held/state); connections: $(tr '\n' ';' <$CFS/held/connections)"
+ktap_check "server connections removed before they are established are released at once" held_closed
+kill $peer 2>/dev/null
+wait $peer
+sed 's/^/# peer hold: /' /tmp/peer_rm.log
+rmdir $CFS/held
+links_up || ktap_print_msg "rxe links not back"
+
+# A removal between a client's ESTABLISHED and the return of its connect.
+# Connects run on cmecho's unbound workqueue, the CM's ESTABLISHED handler on
+# the bound ib_cm one: slow_lock slows cmecho's locks in unbound workers only.
+# Once the connection's route is resolved, each waits 5 s, so the connect
+# takes two more locks, 10 s, after the handler made the client running (under
+# TCG the command takes seconds to start and rxe to unregister: with 2 s a lock
+# the removal came too late, twice in two tries). The removal's command, forked
+# beforehand, polls for that itself. The client ends in error, saying why.
+endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7541 enable=1
+slow_lock_on kworker/u 300
+endpoint $NS_B ecli role=client mode=echo addr=$ADDR_A port=7541 count=10000000 \
+	connect_timeout_ms=600000 enable=1
+# route_now: the client's connection has its route, or got further.
+route_now() {
+	local line
+	read -r line <$CFS/ecli/connections
+	[[ $line == *"state route_resolved"* || $line == *"state established"* ]]
+}
+poll 1200 route_now || ktap_print_msg "ecli: no route: $(<$CFS/ecli/connections)"
+echo 5000 >$SLOW_LOCK_PARAMS/delay_ms
+(state_is ecli running 1200 && exec rdma link del $RXE_B) &
+rp=$!
+wait $rp
+slow_lock_off
+state_is ecli error 300
+ktap_print_msg "ecli: $(<$CFS/ecli/state); $(slow_lock_hits) slowed locks; last_error: $(<$CFS/ecli/last_error)"
+ktap_check "a removal between ESTABLISHED and connect's return: the client ends in error, with the reason" \
+	test "$(<$CFS/ecli/state)" = error -a "$(grep -c 'RDMA device was removed' $CFS/ecli/last_error)" = 1
+rmdir $CFS/ecli $CFS/esrv
+links_up || ktap_print_msg "rxe links not back"
 
 ktap_check "no cm_id of cmecho is left" no_cmecho_cm_ids
 
