@@ -15,7 +15,8 @@
 //! - 5: each end's completion `close_and_wait`s the other end, both at once,
 //! - 6: `connect` of a new connection from `accepted` (a CM handler),
 //! - 7: `with_res` of the accepted end from a `with_res` closure of the active
-//!   end.
+//!   end,
+//! - 8: `disconnect_and_wait` from `accepted` (a CM handler).
 //!
 //! ```text
 //! ip netns exec a insmod cmecho_misuse.ko addr=10.77.0.1 port=7190 case=3
@@ -51,7 +52,7 @@ module! {
         },
         case: u32 {
             default: 0,
-            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion, 4 with_res, 5 cycle, 6 connect in accepted, 7 nested with_res",
+            description: "The misuse: 0 setup, 1 accepted, 2 connect, 3 completion, 4 with_res, 5 cycle, 6 connect in accepted, 7 nested with_res, 8 disconnect_and_wait in accepted",
         },
     },
 }
@@ -61,7 +62,7 @@ extern "C" {
 }
 
 /// The misuses, by `case`: name and the errno the layer must answer with.
-const CASES: [(&str, Error); 8] = [
+const CASES: [(&str, Error); 9] = [
     ("close_and_wait in setup", EDEADLK),
     ("close_and_wait in accepted", EDEADLK),
     ("connect on an accepted connection", EINVAL),
@@ -70,6 +71,7 @@ const CASES: [(&str, Error); 8] = [
     ("close_and_wait of each other in two completions", EDEADLK),
     ("connect in accepted", EDEADLK),
     ("with_res nested in another connection's with_res", EDEADLK),
+    ("disconnect_and_wait in accepted", EDEADLK),
 ];
 
 /// Tags and buffers: 0 receives (and case 3 sends), 1 sends in case 5.
@@ -231,6 +233,8 @@ impl ListenHandler for Server {
                 Some(r.map_err(|e: StepError| e.err))
             }
             6 => Some(self.connect_another()),
+            // It would wait for DISCONNECTED, which this handler holds up.
+            8 => Some(conn.disconnect_and_wait(2000).map_err(|e| e.err)),
             _ => None,
         };
         // Kept before the answer is recorded: `commit` closes it once it has both.

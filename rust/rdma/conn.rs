@@ -25,7 +25,7 @@
 //! | setting up | any other `*_ERROR`, `UNREACHABLE`, `REJECTED` | `Failed` | [`Conn::connect`] fails and closes; else the connection closes itself | the close |
 //! | `Established` | `*_ERROR`, `DISCONNECTED` | `Failed`, `Disconnected` | [`ConnHandler::ended`] once, with [`EndReason::Disconnected`]; the ULP closes | the close |
 //! | setting up | `DISCONNECTED` | `Disconnected` | closes itself unless `connecting` | the close |
-//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases; if `ESTABLISHED` came, [`Conn::connect`] succeeds and [`ConnHandler::ended`] is called once with [`EndReason::DeviceRemoval`] | [`Conn::connect`]; the CM, for an accept |
+//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases; if it is still `Established` (nothing ended or closed it since `ESTABLISHED`), [`Conn::connect`] succeeds and [`ConnHandler::ended`] is called once with [`EndReason::DeviceRemoval`] | [`Conn::connect`]; the CM, for an accept |
 //! | not `connecting`, id still held (also `Closing` with the release queued) | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established; closes itself if it never was (an accepted connection without its RTU); the release finds nothing left | the CM, when the handler returns |
 //! | id taken by the release | `DEVICE_REMOVAL` | unchanged | nothing: `rdma_destroy_id` waits for this handler | the release |
 //! | any but `Closing`, `Closed` | [`Conn::close`] | `Closing` | the release is queued on the module's workqueue | the close |
@@ -72,12 +72,15 @@
 //!
 //! The calls that wait for CM handlers or completions ([`Conn::connect`],
 //! [`Conn::close_and_wait`]) fail with `EDEADLK` from any callback of this
-//! layer and any [`Conn::with_res`] closure, and [`Listener::stop`] defers its
-//! work from them: a callback waiting for another's handler or completion,
-//! while that one waits for it, is a cycle no lock order shows. `with_res`
-//! does not nest, so two `cmecho_conn_res` are never held at once.
+//! layer and any [`Conn::with_res`] closure, [`Conn::disconnect_and_wait`]
+//! from any callback (its wait is bounded, so a closure outside a callback may
+//! call it), and
+//! [`Listener::stop`] defers its work from them: a callback waiting for
+//! another's handler or completion, while that one waits for it, is a cycle no
+//! lock order shows. `with_res` does not nest, so two `cmecho_conn_res` are
+//! never held at once.
 
-use super::context::{current_task, in_callback, in_with_res, Scope, WITH_RES};
+use super::context::{current_task, in_callback, in_handler, in_with_res, Scope, WITH_RES};
 use super::cq::{Completion, FromCq, WcError};
 use super::error::{step_err, to_step, StepError};
 use super::event::{Event, EventKind};
@@ -635,12 +638,22 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Disconnects and waits up to `ms` for the peer's answer (`DISCONNECTED`).
     ///
-    /// Process context only, never in one of this connection's handlers.
+    /// Process context only: `EDEADLK`, and no disconnect, from a callback of
+    /// this layer (a CM event or a completion), whose CM handler or worker the
+    /// wait would hold up for all of `ms`.
     #[allow(
         dead_code,
         reason = "API for ULPs; samples/cmtime uses it, cmecho.ko does not"
     )]
     pub(crate) fn disconnect_and_wait(&self, ms: u32) -> Result<(), StepError> {
+        let me = current_task();
+        // This connection's own handler or completion, also past the tasks
+        // `in_handler` tracks.
+        let own =
+            self.inner.lock().handler_task == me || self.cq_task.load(Ordering::Relaxed) == me;
+        if own || in_handler() {
+            return Err(step_err("rdma_disconnect", EDEADLK));
+        }
         self.disconnect();
         self.wait_for(ConnState::Disconnected, "rdma_disconnect", ms)
     }

@@ -73,6 +73,13 @@ pub(super) fn in_callback() -> bool {
         .any(|t| t.load(Ordering::Relaxed) & !WITH_RES == me)
 }
 
+/// Whether the calling task runs a callback of this layer (a CM event or a
+/// completion), whether or not in a [`Conn::with_res`] closure too.
+pub(super) fn in_handler() -> bool {
+    let me = current_task();
+    SCOPES.iter().any(|t| t.load(Ordering::Relaxed) == me)
+}
+
 /// Whether the calling task runs a [`Conn::with_res`] closure.
 pub(super) fn in_with_res() -> bool {
     let me = current_task() | WITH_RES;

@@ -5,14 +5,17 @@
 # handler (the passive side's setup and accepted), its own completion or its
 # own with_res closure; two connections' completions each close_and_wait-ing
 # the other at once; connect on an accepted connection, and connect of a new
-# one from a CM handler; with_res of one connection nested in another's. Each
+# one from a CM handler; with_res of one connection nested in another's;
+# disconnect_and_wait from a CM handler (it would wait for the DISCONNECTED
+# that handler holds up). Each
 # must come back with its errno, not hang (the hung-task detector would panic
 # the guest), and leave no RDMA resource of the sample behind.
 . "$(dirname "$0")/lib.sh"
 
-CASES="setup accepted connect completion with_res cycle connect_in_handler nested_with_res"
+CASES="setup accepted connect completion with_res cycle connect_in_handler nested_with_res
+disconnect_and_wait_in_handler"
 ktap_print_header
-ktap_set_plan 18
+ktap_set_plan 20
 dmesg_mark
 net_setup || ktap_print_msg "network setup failed"
 
@@ -41,7 +44,7 @@ for c in $CASES; do
 done
 # The sample logs the errno it got; the refusals name the right ones.
 ktap_check "the cases that would wait for themselves answered EDEADLK" \
-	test "$(dmesg_since | grep -c 'cmecho_misuse: case [0134567] .*refused with EDEADLK')" = 7
+	test "$(dmesg_since | grep -c 'cmecho_misuse: case [01345678] .*refused with EDEADLK')" = 8
 net_cleanup
 ktap_check "no BUG/WARNING/Oops in dmesg" check_dmesg_clean
 ktap_finished
