@@ -39,10 +39,10 @@ struct dentry *cmecho_debugfs_dir(const char *name, struct dentry *parent)
 	return debugfs_create_dir(name, parent);
 }
 
-/* A read-only file whose show() hands @ctx to cmecho_rs_debugfs_show(). */
+/* A file only root reads (0400), whose show() hands @ctx to cmecho_rs_debugfs_show(). */
 struct dentry *cmecho_debugfs_file(const char *name, struct dentry *parent, void *ctx)
 {
-	return debugfs_create_file(name, 0444, parent, ctx, &cmecho_debugfs_fops);
+	return debugfs_create_file(name, 0400, parent, ctx, &cmecho_debugfs_fops);
 }
 
 /* Removes a directory with everything in it, or a file; waits for a show(). */

@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 12
+ktap_set_plan 13
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -41,6 +41,10 @@ d_up=$(grep -c "^conn[0-9]* state established peer $ADDR_B:[0-9]* qp_num [0-9]" 
 ktap_print_msg "debugfs listing: $d_all lines, $d_up established with peer and QP; first: $(head -1 <<<"$dlisting")"
 ktap_check "debugfs lists all 64 of the server's connections, established, none cut" \
 	test "$d_up" = 64 -a "$d_all" = 64 -a "$(grep -c '^truncated' <<<"$dlisting")" = 0
+# Peers' addresses and QP numbers, and a read takes every connection's locks:
+# for root only.
+ktap_check "debugfs: the listing is for root only (mode 0400)" \
+	test "$(stat -c %a $DFS/srv/connections)" = 400
 # 64 client ids, 64 accepted ids and the listener.
 ktap_check "rdma res show cm_id lists cmecho's ids while connections are up" cmecho_cm_ids_seen 129
 
