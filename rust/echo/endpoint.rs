@@ -542,12 +542,18 @@ impl Shared {
         self.name.to_str().unwrap_or("?")
     }
 
-    /// Records an error: counts it, makes it `last_error`, logs it.
+    /// Records an error: counts it, makes it `last_error`, logs it unless the
+    /// rate limit refuses (most errors are a peer's doing, and a peer may
+    /// repeat them in a loop), in which case it counts it as suppressed.
     pub(super) fn error(&self, msg: fmt::Arguments<'_>) {
         let mut g = self.inner.lock();
         g.stats.errors += 1;
         set_error(&mut g, msg);
-        pr_warn!("{}: {}\n", self.name(), msg);
+        if crate::rdma::log_ratelimit() {
+            pr_warn!("{}: {}\n", self.name(), msg);
+        } else {
+            g.stats.logs_suppressed += 1;
+        }
     }
 
     /// Records a failed connection setup.

@@ -31,6 +31,9 @@ pub(crate) struct Stats {
     /// Server connections closed because they were not established within
     /// `accept_timeout_ms` of their accept.
     pub(crate) accept_timeouts: u64,
+    /// Errors not logged because of the rate limit (all are counted in
+    /// `errors`, and the last is `last_error`).
+    pub(crate) logs_suppressed: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
     pub(crate) wc_errors: [(i32, u64); 8],
     pub(crate) rtt_n: u64,

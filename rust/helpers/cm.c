@@ -13,6 +13,7 @@
  */
 #include <linux/err.h>
 #include <linux/nsproxy.h>
+#include <linux/ratelimit.h>
 #include <linux/sched.h>
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
@@ -115,4 +116,18 @@ struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
 					 int max_active)
 {
 	return alloc_workqueue("%s", flags, max_active, name);
+}
+
+/*
+ * DEFINE_RATELIMIT_STATE() and __ratelimit() are macros: one state for the
+ * module's messages at the kernel's default rate (DEFAULT_RATELIMIT_BURST
+ * messages per DEFAULT_RATELIMIT_INTERVAL, 10 per 5 s). When it resumes after
+ * refusing, the kernel logs how many it refused. rust/rdma/error.rs wraps it.
+ */
+static DEFINE_RATELIMIT_STATE(cmecho_log_rs, DEFAULT_RATELIMIT_INTERVAL,
+			      DEFAULT_RATELIMIT_BURST);
+
+bool cmecho_log_ratelimit(void)
+{
+	return __ratelimit(&cmecho_log_rs);
 }

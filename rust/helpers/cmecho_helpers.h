@@ -51,6 +51,7 @@ int cmecho_seq_write(struct seq_file *m, const char *s, size_t len);
 /* cm.c */
 struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
 					 int max_active);
+bool cmecho_log_ratelimit(void);
 struct net *cmecho_net_get_current(void);
 void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);

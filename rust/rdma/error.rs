@@ -75,3 +75,14 @@ mod tests {
         assert!(e.reject_msg.is_none());
     }
 }
+
+/// Whether a message may be logged now, under the kernel's rate limit
+/// (`__ratelimit()` at its defaults: 10 messages in 5 s), one for the module: a
+/// peer that makes the ULP fail its connections in a loop must not flood the
+/// log. When it resumes after refusing, the kernel logs how many it refused;
+/// the caller counts its own.
+pub(crate) fn log_ratelimit() -> bool {
+    // SAFETY: The helper takes no argument and touches only its own static
+    // state, under that state's lock; it may be called in any context.
+    unsafe { super::ffi::cmecho_log_ratelimit() }
+}

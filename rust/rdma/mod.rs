@@ -82,7 +82,7 @@ mod workqueue;
 pub(crate) use {
     conn::{Conn, ConnHandler, ConnState, ConnectStep, EndReason},
     cq::WcError,
-    error::StepError,
+    error::{log_ratelimit, StepError},
     event::EventKind,
     id::probe_cm,
     listener::{ConnectRequest, ListenHandler, Listener, RejectReason},
