@@ -104,13 +104,6 @@ rej=$(ep_get lim stats rejected)
 ktap_print_msg "lim: the peer exited $vanish_rc; the server accepted ${acc:-none} requests, rejected ${rej:-none}"
 [ "$vanish_rc" = 0 ] && [ "${acc:-0}" -ge 2 ] && [ $((${acc:-0} + ${rej:-0})) -ge 4 ]
 vanished=$?
-# all_closed EP: every connection endpoint EP lists is closed.
-all_closed() {
-	local line
-	while IFS= read -r line; do
-		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
-	done <"$CFS/$1/connections"
-}
 lim_all_closed() { all_closed lim; }
 poll 3000 lim_all_closed
 ktap_print_msg "lim: connections: $(tr '\n' ';' <$CFS/lim/connections)"

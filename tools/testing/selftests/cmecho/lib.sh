@@ -550,6 +550,14 @@ wait_done() {
 	done
 }
 
+# all_closed EP: every connection endpoint EP lists is closed.
+all_closed() {
+	local line
+	while IFS= read -r line; do
+		[ -z "$line" ] || [[ $line == *"state closed"* ]] || return 1
+	done <"$CFS/$1/connections"
+}
+
 # Prints an endpoint's state, stats and last error as KTAP diagnostics.
 ep_diag() {
 	local line
