@@ -36,7 +36,7 @@ use rdma::verbs::QpConfig;
 use rdma::WcError;
 use rdma::{
     Conn, ConnHandler, ConnParams, ConnectRequest, EndReason, ListenHandler, Listener, NetNs,
-    RejectReason, StepError,
+    Reject, StepError,
 };
 
 module! {
@@ -215,7 +215,7 @@ impl ListenHandler for Server {
     fn connect_request(
         &self,
         _req: &ConnectRequest,
-    ) -> Result<(impl PinInit<Peer, Error>, Option<Ece>), RejectReason> {
+    ) -> Result<(impl PinInit<Peer, Error>, Option<Ece>), Reject> {
         let peer = Peer {
             f: self.f.clone(),
             passive: true,

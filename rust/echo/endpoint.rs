@@ -33,9 +33,10 @@
 
 use super::admission;
 use super::config::{Addr, Config, Mode, Role};
+use super::hello::Refused;
 use super::stats::{ConnCounters, ReadBack, RttSamples, Stats, StatsReading};
 use super::{client, native, server};
-use crate::rdma::params::Ece;
+use crate::rdma::params::{Ece, PrivateData};
 use crate::rdma::verbs::{QpAttrs, QpConfig};
 use crate::rdma::{
     Conn, ConnHandler, ConnState, ConnectRequest, Listener, NetNs, RejectReason, StepError, Timer,
@@ -70,6 +71,11 @@ pub(crate) trait EchoConn: ConnHandler {
     fn setup_failed(&self);
     /// The connection's counters.
     fn counters(&self) -> ConnCounters;
+    /// What the peer's reject says, in the ULP's terms, where the handler can
+    /// read its private data (untrusted: `None` for anything else).
+    fn explain_reject(&self, _data: &PrivateData) -> Option<Refused> {
+        None
+    }
 }
 
 /// What `connections` shows of a connection an endpoint keeps, whatever its
@@ -556,8 +562,14 @@ impl Shared {
         }
     }
 
-    /// Records a failed connection setup.
-    pub(super) fn step_error(&self, who: fmt::Arguments<'_>, e: &StepError) {
+    /// Records a failed connection setup; `why` is what the peer's reject
+    /// said, where the handler could read it.
+    pub(super) fn step_error(
+        &self,
+        who: fmt::Arguments<'_>,
+        e: &StepError,
+        why: Option<&dyn fmt::Display>,
+    ) {
         self.stats(|s| {
             s.connect_failed += 1;
             if e.err == ECONNREFUSED {
@@ -566,11 +578,13 @@ impl Shared {
         });
         match e.status {
             Some(st) if e.err == ECONNREFUSED => self.error(fmt!(
-                "{}: {}: rejected by the peer: {} (reason {})",
+                "{}: {}: rejected by the peer: {} (reason {}){}{}",
                 who,
                 e.step,
                 e.reject_msg.and_then(|m| m.to_str().ok()).unwrap_or("?"),
-                st
+                st,
+                if why.is_some() { ": " } else { "" },
+                why.unwrap_or(&""),
             )),
             Some(st) if e.attempts > 1 => self.error(fmt!(
                 "{}: {} (status {}) after {} attempts",
@@ -684,7 +698,7 @@ impl Shared {
 
     /// A server failed to accept a connection.
     pub(super) fn accept_failed(&self, err: &StepError) {
-        self.step_error(fmt!("server: accepting a connection"), err);
+        self.step_error(fmt!("server: accepting a connection"), err, None);
     }
 
     /// A server's listener lost its device.
@@ -701,6 +715,14 @@ impl Shared {
             "server: a connection ended: the RDMA device was removed ({})",
             ErrName(ENODEV)
         ));
+    }
+
+    /// Records a connect request a server refused for its own reasons (`why`),
+    /// before admission: counted in `rejected`, named in `last_error`.
+    pub(super) fn refused(&self, why: fmt::Arguments<'_>) {
+        let mut g = self.inner.lock();
+        g.stats.rejected += 1;
+        set_error(&mut g, fmt!("server: rejected a connect request: {}", why));
     }
 
     /// Decides on a connect request for a server: the memory budget, `max_conns`
@@ -769,7 +791,15 @@ pub(super) fn spawn_connect<H: EchoConn>(
             Ok(())
         };
         if let Err(e) = res {
-            sh.step_error(fmt!("client {}", index), &e);
+            let why = e
+                .reject_data
+                .as_ref()
+                .and_then(|d| conn.handler().explain_reject(d));
+            sh.step_error(
+                fmt!("client {}", index),
+                &e,
+                why.as_ref().map(|w| w as &dyn fmt::Display),
+            );
             conn.handler().setup_failed();
         }
         sh.inner.lock().setups -= 1;

@@ -19,6 +19,7 @@
 //! | [`rping`] | the rping wire format |
 //! | [`client`], [`server`] | the two sides of the rping protocol |
 //! | [`native`] | the native SEND/RECV echo, both sides |
+//! | [`hello`] | the native echo's size and depth, agreed at connect time |
 //!
 //! The text of the attributes configfs shows is in `crate::configfs`.
 
@@ -26,6 +27,7 @@ mod admission;
 mod client;
 mod config;
 mod endpoint;
+mod hello;
 pub(crate) mod native;
 pub(crate) mod rping;
 mod server;

@@ -12,13 +12,16 @@
 //!
 //! The server's `depth` and `size` are the most it accepts: it keeps `2 × depth`
 //! receives of `size` bytes posted per connection (half may be busy echoing).
+//! The client states its own in its connect request, and a server that accepts
+//! less rejects it with its limits, which the client shows ([`super::hello`]).
 
+use super::hello::{Hello, Refused};
 use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
-use crate::rdma::params::Ece;
+use crate::rdma::params::{Ece, PrivateData};
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
 use crate::rdma::{
-    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
+    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, Reject, RejectReason, StepError,
 };
 use kernel::error::code::ENOTCONN;
 use kernel::prelude::*;
@@ -69,6 +72,8 @@ pub(super) struct Listen {
     shared: Arc<Shared>,
     slots: u32,
     size: u32,
+    /// The most a client may ask for.
+    limits: Hello,
 }
 
 impl Listen {
@@ -77,6 +82,10 @@ impl Listen {
             shared,
             slots: 2 * cfg.depth,
             size: cfg.size,
+            limits: Hello {
+                size: cfg.size,
+                depth: cfg.depth,
+            },
         }
     }
 }
@@ -96,7 +105,15 @@ impl ListenHandler for Listen {
     fn connect_request(
         &self,
         req: &ConnectRequest,
-    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
+    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), Reject> {
+        // What the client asks for, before anything is admitted or allocated.
+        if let Err(r) = Hello::check(req.private_data.as_bytes(), self.limits) {
+            self.shared.refused(fmt!("{}", r));
+            return Err(Reject {
+                reason: RejectReason::Consumer,
+                private_data: PrivateData::new(&r.encode()).unwrap_or_default(),
+            });
+        }
         let answer = self.shared.admit(req)?;
         Ok((
             try_pin_init!(ServerConn {
@@ -314,6 +331,14 @@ impl ClientState {
 }
 
 impl ClientConn {
+    /// What this client asks the server for.
+    fn hello(&self) -> Hello {
+        Hello {
+            size: self.size,
+            depth: self.depth,
+        }
+    }
+
     /// The send slot of message `seq`.
     fn slot(&self, seq: u64) -> u32 {
         // `depth` is 1..=MAX_DEPTH (configfs checks it); no division by zero.
@@ -487,9 +512,18 @@ impl EchoConn for ClientConn {
     fn counters(&self) -> ConnCounters {
         self.st.lock().counters
     }
+
+    fn explain_reject(&self, data: &PrivateData) -> Option<Refused> {
+        Refused::read(data.as_bytes(), self.hello())
+    }
 }
 
 impl ConnHandler for ClientConn {
+    fn connect_data(&self) -> PrivateData {
+        // 16 bytes: always fits.
+        PrivateData::new(&self.hello().encode()).unwrap_or_default()
+    }
+
     fn setup(&self, conn: &Conn<Self>) -> Result {
         conn.with_res(|res| {
             for k in 0..self.depth {

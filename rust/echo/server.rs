@@ -12,9 +12,7 @@ use super::{ConnCounters, EchoConn, Shared};
 use crate::rdma::params::Ece;
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
-use crate::rdma::{
-    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, RejectReason, StepError,
-};
+use crate::rdma::{Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, Reject, StepError};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
@@ -57,7 +55,7 @@ impl ListenHandler for Listen {
     fn connect_request(
         &self,
         req: &ConnectRequest,
-    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), RejectReason> {
+    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), Reject> {
         let answer = self.shared.admit(req)?;
         let shared = self.shared.clone();
         Ok((

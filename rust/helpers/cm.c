@@ -12,9 +12,11 @@
  * from the kernel's own declarations.
  */
 #include <linux/err.h>
+#include <linux/minmax.h>
 #include <linux/nsproxy.h>
 #include <linux/ratelimit.h>
 #include <linux/sched.h>
+#include <linux/string.h>
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
@@ -86,6 +88,21 @@ u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event)
 u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event)
 {
 	return event->param.conn.responder_resources;
+}
+
+/*
+ * Copies up to len bytes of the private data a connect request or a reject
+ * carries into buf; returns how many. rust/rdma/event.rs calls it on those
+ * two events only, whose param is the connection's (RDMA_PS_TCP ids).
+ */
+int cmecho_ev_private_data(const struct rdma_cm_event *event, u8 *buf, int len)
+{
+	int n = min_t(int, len, event->param.conn.private_data_len);
+
+	if (!event->param.conn.private_data || n <= 0)
+		return 0;
+	memcpy(buf, event->param.conn.private_data, n);
+	return n;
 }
 
 /* The peer's address and port, as text ("10.77.0.2:41234", "[fe80::1]:7174"). */

@@ -63,6 +63,7 @@ u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event);
 u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event);
 u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event);
 u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event);
+int cmecho_ev_private_data(const struct rdma_cm_event *event, u8 *buf, int len);
 int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len);
 int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);

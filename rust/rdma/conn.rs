@@ -87,7 +87,7 @@ use super::event::{Event, EventKind};
 use super::ffi;
 use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
-use super::params::{ConnParams, Ece};
+use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::{self, QpAttrs, QpConfig};
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -133,6 +133,15 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     /// hook that waits must watch [`Conn::is_open`] and fail once it is false.
     fn before_step(&self, _conn: &Conn<Self>, _step: ConnectStep) -> Result {
         Ok(())
+    }
+
+    /// The private data [`Conn::connect`] sends with its connect request (the
+    /// ULP's format; the peer's listener reads it in
+    /// [`ConnectRequest::private_data`]). Optional: the default sends none.
+    ///
+    /// [`ConnectRequest::private_data`]: super::ConnectRequest::private_data
+    fn connect_data(&self) -> PrivateData {
+        PrivateData::EMPTY
     }
 }
 
@@ -218,6 +227,8 @@ struct ConnInner<H: ConnHandler> {
     disconnecting: bool,
     /// `ESTABLISHED` came: [`Conn::connect`] succeeded, whatever follows.
     was_established: bool,
+    /// The private data of the peer's reject, once `REJECTED` came.
+    reject_data: PrivateData,
 }
 
 /// One RC connection: a CM id with its QP, CQ, PD and buffers.
@@ -269,6 +280,7 @@ impl<H: ConnHandler> Conn<H> {
                     route_final: false,
                     disconnecting: false,
                     was_established: false,
+                    reject_data: PrivateData::EMPTY,
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
                 cq_task: AtomicUsize::new(0),
@@ -412,7 +424,7 @@ impl<H: ConnHandler> Conn<H> {
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
         // An accept has no retry count of its own: the CM ignores it.
-        let mut param = cm_conn_param(&self.params, 0);
+        let mut param = cm_conn_param(&self.params, 0, &PrivateData::EMPTY);
         let mut ece = cm_ece(&self.params);
         // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
         // the handler mutex `rdma_accept()` requires. `param` and `ece` are valid for
@@ -570,12 +582,13 @@ impl<H: ConnHandler> Conn<H> {
 
         self.step(ConnectStep::Connect)?;
         let p = &self.params;
-        let mut param = cm_conn_param(p, p.retry_count.get());
+        let data = self.handler.connect_data();
+        let mut param = cm_conn_param(p, p.retry_count.get(), &data);
         let mut ece = cm_ece(p);
         self.connect_call("rdma_connect", |id| {
             // SAFETY: As above. The ack timeout was applied before route resolution.
-            // `param` and `ece` are valid for the call, which copies what it keeps
-            // of them.
+            // `param` (with the private data it points to, `data`) and `ece` are
+            // valid for the call, which copies what it keeps of them.
             unsafe { ffi::rdma_connect_ece(id, &mut param, &mut ece) }
         })?;
         self.wait_for(ConnState::Established, "rdma_connect", p.connect_timeout_ms)
@@ -701,6 +714,7 @@ impl<H: ConnHandler> Conn<H> {
                         },
                         status: Some(status),
                         attempts: 1,
+                        reject_data: (kind == EventKind::Rejected).then_some(g.reject_data),
                     });
                 }
                 ConnState::DeviceRemoved => return Err(step_err("DEVICE_REMOVAL", ENODEV)),
@@ -1066,12 +1080,17 @@ impl<H: ConnHandler> Conn<H> {
     }
 }
 
-/// The `struct rdma_conn_param` of a connect or an accept: zeroed (no private
-/// data; no SRQ, QP number or Q_Key, which the id's own QP supplies), with the
-/// responder resources, initiator depth and RNR retry count of `p` and
-/// `retry_count`.
-fn cm_conn_param(p: &ConnParams, retry_count: u8) -> ffi::rdma_conn_param {
+/// The `struct rdma_conn_param` of a connect or an accept: zeroed (no SRQ, QP
+/// number or Q_Key, which the id's own QP supplies), with the responder
+/// resources, initiator depth and RNR retry count of `p`, `retry_count`, and
+/// `data` as the private data: the result points to `data`, which must outlive
+/// its use.
+fn cm_conn_param(p: &ConnParams, retry_count: u8, data: &PrivateData) -> ffi::rdma_conn_param {
+    let bytes = data.as_bytes();
     ffi::rdma_conn_param {
+        private_data: bytes.as_ptr().cast(),
+        // At most `PrivateData::MAX`: fits.
+        private_data_len: bytes.len() as u8,
         responder_resources: p.responder_resources,
         initiator_depth: p.initiator_depth,
         retry_count,
@@ -1120,6 +1139,9 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
             | EventKind::ConnectError
             | EventKind::Unreachable
             | EventKind::Rejected => {
+                if ev.kind == EventKind::Rejected {
+                    self.inner.lock().reject_data = ev.private_data;
+                }
                 let first = self.end_once();
                 self.set_state(ConnState::Failed(ev.kind, ev.status));
                 self.after_end(first);

@@ -2,6 +2,7 @@
 
 //! How connection setup fails: the step that failed, and why.
 
+use super::params::PrivateData;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
@@ -18,6 +19,8 @@ pub(crate) struct StepError {
     pub(crate) reject_msg: Option<&'static CStr>,
     /// How many times the step was attempted (more than one after timeouts).
     pub(crate) attempts: u8,
+    /// The private data of the peer's reject, when it rejected: untrusted.
+    pub(crate) reject_data: Option<PrivateData>,
 }
 
 impl From<StepError> for Error {
@@ -35,6 +38,7 @@ pub(super) fn to_step(step: &'static str, ret: c_int) -> Result<(), StepError> {
             status: None,
             reject_msg: None,
             attempts: 1,
+            reject_data: None,
         })
     } else {
         Ok(())
@@ -49,6 +53,7 @@ pub(super) fn step_err(step: &'static str, err: Error) -> StepError {
         status: None,
         reject_msg: None,
         attempts: 1,
+        reject_data: None,
     }
 }
 

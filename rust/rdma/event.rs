@@ -10,7 +10,7 @@
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 
 use super::ffi;
-use super::params::Ece;
+use super::params::{Ece, PrivateData};
 use kernel::ffi::c_int;
 
 /// A CM event, decoded from `struct rdma_cm_event`.
@@ -26,6 +26,10 @@ pub(crate) struct Event {
     pub(crate) initiator_depth: u8,
     /// The peer's responder resources, on a connect request.
     pub(crate) responder_resources: u8,
+    /// The private data of a connect request or a reject (as much as
+    /// [`PrivateData::MAX`] holds), as the peer sent it: untrusted. Empty on
+    /// other events.
+    pub(crate) private_data: PrivateData,
 }
 
 /// The CM events cmecho distinguishes (from `enum rdma_cm_event_type`).
@@ -123,6 +127,17 @@ impl Event {
         } else {
             (0, 0)
         };
+        let private_data = if matches!(kind, EventKind::ConnectRequest | EventKind::Rejected) {
+            let mut buf = [0u8; PrivateData::MAX];
+            // SAFETY: As above; `buf` is writable for its length, which the
+            // helper copies at most.
+            let n = unsafe {
+                ffi::cmecho_ev_private_data(ev, buf.as_mut_ptr(), PrivateData::MAX as c_int)
+            };
+            PrivateData::from_buf(buf, usize::try_from(n).unwrap_or(0))
+        } else {
+            PrivateData::EMPTY
+        };
         // SAFETY: As above.
         unsafe {
             Self {
@@ -134,6 +149,7 @@ impl Event {
                 },
                 initiator_depth,
                 responder_resources,
+                private_data,
             }
         }
     }

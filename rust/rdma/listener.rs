@@ -17,7 +17,7 @@ use super::event::{Event, EventKind};
 use super::ffi;
 use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
-use super::params::{ConnParams, Ece};
+use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::QpConfig;
 use core::ptr;
 use kernel::ffi::c_int;
@@ -33,6 +33,10 @@ pub(crate) struct ConnectRequest {
     pub(crate) initiator_depth: u8,
     /// The peer's responder resources.
     pub(crate) responder_resources: u8,
+    /// The private data of the request, as the peer sent it: untrusted. Over
+    /// the IB CM always [`PrivateData::MAX`] bytes, zero-padded after what the
+    /// peer put there.
+    pub(crate) private_data: PrivateData,
 }
 
 /// Why a connect request is rejected.
@@ -44,6 +48,25 @@ pub(crate) enum RejectReason {
     VendorOptionNotSupported,
 }
 
+/// A rejection: why, and the private data that goes with it to the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reject {
+    /// The reason the CM sends.
+    pub(crate) reason: RejectReason,
+    /// What the peer reads in its `REJECTED` event (the ULP's format).
+    pub(crate) private_data: PrivateData,
+}
+
+impl From<RejectReason> for Reject {
+    /// A rejection without private data.
+    fn from(reason: RejectReason) -> Self {
+        Self {
+            reason,
+            private_data: PrivateData::EMPTY,
+        }
+    }
+}
+
 /// The ULP side of a listener.
 pub(crate) trait ListenHandler: Send + Sync + 'static {
     /// The handler type of accepted connections.
@@ -52,12 +75,12 @@ pub(crate) trait ListenHandler: Send + Sync + 'static {
     /// The QP each accepted connection gets.
     fn qp_config(&self) -> QpConfig;
 
-    /// Decides on a connect request: a connection handler to accept, or a reason to
-    /// reject, with the ECE to answer when accepting.
+    /// Decides on a connect request: a connection handler to accept, with the
+    /// ECE to answer, or a rejection.
     fn connect_request(
         &self,
         req: &ConnectRequest,
-    ) -> Result<(impl PinInit<Self::Conn, Error>, Option<Ece>), RejectReason>;
+    ) -> Result<(impl PinInit<Self::Conn, Error>, Option<Ece>), Reject>;
 
     /// A connection was accepted; it is the ULP's to close.
     fn accepted(&self, conn: Arc<Conn<Self::Conn>>);
@@ -278,19 +301,25 @@ impl<L: ListenHandler> Listener<L> {
             remote_ece: ev.ece,
             initiator_depth: ev.initiator_depth,
             responder_resources: ev.responder_resources,
+            private_data: ev.private_data,
         };
         let (h, ece) = match self.handler.connect_request(&req) {
             Ok(x) => x,
-            Err(reason) => {
-                let code = match reason {
+            Err(rej) => {
+                let code = match rej.reason {
                     RejectReason::Consumer => ffi::IB_CM_REJ_CONSUMER_DEFINED,
                     RejectReason::VendorOptionNotSupported => {
                         ffi::IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED
                     }
                 };
+                let data = rej.private_data.as_bytes();
                 // SAFETY: `child` is the live new id of this CONNECT_REQUEST
-                // (`EventId`); no private data (null, length 0).
-                let _ = unsafe { ffi::rdma_reject(child, ptr::null(), 0, code) };
+                // (`EventId`); `data` is valid for its length (at most
+                // `PrivateData::MAX`, so it fits the `u8`), and the CM copies it
+                // into the reject before returning.
+                let _ = unsafe {
+                    ffi::rdma_reject(child, data.as_ptr().cast(), data.len() as u8, code)
+                };
                 return Err(Verdict::DestroyId);
             }
         };

@@ -85,8 +85,8 @@ pub(crate) use {
     error::{log_ratelimit, StepError},
     event::EventKind,
     id::probe_cm,
-    listener::{ConnectRequest, ListenHandler, Listener, RejectReason},
+    listener::{ConnectRequest, ListenHandler, Listener, Reject, RejectReason},
     netns::NetNs,
-    params::ConnParams,
+    params::{ConnParams, PrivateData},
     workqueue::{spawn, Timer, TimerHandler, WorkQueue},
 };

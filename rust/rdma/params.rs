@@ -144,6 +144,65 @@ pub(crate) struct Ece {
     pub(crate) attr_mod: u32,
 }
 
+/// Private data: bytes a ULP sends with its connect request or a reject, or
+/// reads from the peer's. The layer only carries them; their format is the
+/// ULP's, and what a peer sent is as untrusted as any other wire input.
+///
+/// # Invariants
+///
+/// `len <= PrivateData::MAX`; `bytes[len..]` are zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PrivateData {
+    len: u8,
+    bytes: [u8; PrivateData::MAX],
+}
+
+impl PrivateData {
+    /// The most a connect request carries in the TCP port space over the IB
+    /// CM: the REQ's 92 bytes less the CM's own 36-byte header. A reject
+    /// carries more (148 bytes); the layer sends and reads this much of one.
+    pub(crate) const MAX: usize = 56;
+
+    /// No private data.
+    pub(crate) const EMPTY: Self = Self {
+        len: 0,
+        bytes: [0; Self::MAX],
+    };
+
+    /// Copies `data`; `EMSGSIZE` above [`PrivateData::MAX`] bytes.
+    pub(crate) fn new(data: &[u8]) -> Result<Self> {
+        if data.len() > Self::MAX {
+            return Err(EMSGSIZE);
+        }
+        let mut p = Self::EMPTY;
+        p.bytes[..data.len()].copy_from_slice(data);
+        // INVARIANT: At most `MAX` (checked above) bytes copied, the rest zero.
+        p.len = data.len() as u8;
+        Ok(p)
+    }
+
+    /// The bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The first `len` bytes of `buf` (all of them above [`PrivateData::MAX`]).
+    pub(super) fn from_buf(buf: [u8; Self::MAX], len: usize) -> Self {
+        let len = len.min(Self::MAX);
+        let mut p = Self::EMPTY;
+        p.bytes[..len].copy_from_slice(&buf[..len]);
+        // INVARIANT: `len` is at most `MAX`, and the rest is zero.
+        p.len = len as u8;
+        p
+    }
+}
+
+impl Default for PrivateData {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
 /// The parameters of an RC connection, given once, up front.
 ///
 /// The layer applies each at its required moment (see [the ordering
@@ -238,6 +297,27 @@ mod tests {
         assert_eq!(p.resolve_timeout_ms, RESOLVE_TIMEOUT_MS);
         assert_eq!(p.resolve_retries, RESOLVE_RETRIES);
         assert_eq!(p.connect_timeout_ms, CONNECT_TIMEOUT_MS);
+    }
+
+    #[test]
+    fn private_data_bounds() {
+        assert_eq!(PrivateData::EMPTY.as_bytes(), &[] as &[u8]);
+        let p = PrivateData::new(&[1, 2, 3]).unwrap();
+        assert_eq!(p.as_bytes(), &[1, 2, 3]);
+        assert!(PrivateData::new(&[7; PrivateData::MAX]).is_ok());
+        assert_eq!(PrivateData::new(&[7; PrivateData::MAX + 1]), Err(EMSGSIZE));
+        let mut buf = [0u8; PrivateData::MAX];
+        buf[0] = 9;
+        buf[5] = 4;
+        assert_eq!(PrivateData::from_buf(buf, 1).as_bytes(), &[9]);
+        assert_eq!(
+            PrivateData::from_buf(buf, 1),
+            PrivateData::new(&[9]).unwrap()
+        );
+        assert_eq!(
+            PrivateData::from_buf(buf, 1000).as_bytes().len(),
+            PrivateData::MAX
+        );
     }
 
     #[test]

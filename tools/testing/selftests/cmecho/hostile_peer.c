@@ -39,6 +39,25 @@
  * between LO and HI seconds after it (decimal fractions allowed), all within
  * SECONDS; 2 when not; 1 on a setup error.
  *
+ * Its requests carry the hello of a client of 64 bytes, depth 1 (see below).
+ *
+ *   hostile_peer client ADDR PORT hello MODE
+ *
+ * Sends one connect request to an echo-mode server with the given hello (the
+ * 16 bytes of private data a cmecho echo client states its size and depth in:
+ * "CMEC", version 1, kind 1, two zero bytes, size and depth, big endian):
+ *
+ *   good    a size of 64 and a depth of 1 (the control)
+ *   none    no private data at all
+ *   v2      version 2
+ *   zero    a size of 0
+ *   big     a size of 65536 and a depth of 256
+ *
+ * Prints the answer: "replied" (the server accepted; this program then goes
+ * away), or "rejected (reason R)" followed by the refusal the reject carries,
+ * decoded ("refused 0xW: size S depth D", W the refused bits), or "no
+ * refusal". Exits 0 on an answer, 2 on none within 30 s, 1 on a setup error.
+ *
  *   hostile_peer rping ADDR PORT MODE
  *
  * Connects to an rping-mode server as an rping client would, then breaks the
@@ -84,6 +103,22 @@ struct peer {
 	unsigned int next_send;
 	unsigned long received, sent, last;
 };
+
+/* The hello of an echo client of SIZE bytes, depth DEPTH, version VERSION. */
+static void hello(struct rdma_conn_param *cp, unsigned char *b, unsigned int version,
+		  uint32_t size, uint32_t depth)
+{
+	memset(b, 0, 16);
+	memcpy(b, "CMEC", 4);
+	b[4] = version;
+	b[5] = 1;
+	size = htonl(size);
+	depth = htonl(depth);
+	memcpy(b + 8, &size, 4);
+	memcpy(b + 12, &depth, 4);
+	cp->private_data = b;
+	cp->private_data_len = 16;
+}
 
 static void die(const char *what)
 {
@@ -262,6 +297,7 @@ static int vanish(const char *addr, const char *port, int n)
 	for (i = 0; i < n; i++) {
 		struct rdma_event_channel *ch = rdma_create_event_channel();
 		struct rdma_conn_param cp = { 0 };
+		unsigned char hb[16];
 		struct rdma_cm_id *id;
 
 		if (!ch)
@@ -280,6 +316,7 @@ static int vanish(const char *addr, const char *port, int n)
 			die("route resolution");
 		/* No QP: the reply comes to us instead of being answered with an RTU. */
 		cp.qp_num = 0x1234 + i;
+		hello(&cp, hb, 1, 64, 1);
 		cp.responder_resources = 1;
 		cp.initiator_depth = 1;
 		cp.retry_count = 7;
@@ -336,6 +373,7 @@ static int hold(const char *addr, const char *port, int n, int seconds, double l
 		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
 		struct rdma_conn_param cp = { 0 };
 		struct rdma_cm_event *ev;
+		unsigned char hb[16];
 		int type, status;
 
 		if (rdma_get_cm_event(ch, &ev)) {
@@ -356,6 +394,7 @@ static int hold(const char *addr, const char *port, int n, int seconds, double l
 		case RDMA_CM_EVENT_ROUTE_RESOLVED:
 			/* No QP: the reply comes to us, and no RTU answers it. */
 			cp.qp_num = 0x2234 + i;
+			hello(&cp, hb, 1, 64, 1);
 			cp.responder_resources = 1;
 			cp.initiator_depth = 1;
 			cp.retry_count = 7;
@@ -399,6 +438,93 @@ static int hold(const char *addr, const char *port, int n, int seconds, double l
 	free(ids);
 	free(replied);
 	return replies == n && ended == n && shortest >= lo && longest <= hi ? 0 : 2;
+}
+
+/* One connect request with a chosen hello: see the comment at the top. */
+static int hello_client(const char *addr, const char *port, const char *mode)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param cp = { 0 };
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	unsigned char hb[16], r[16];
+	double end;
+	int type = -1, status = 0, rlen = 0;
+
+	if (parse_addr(addr, port, &ss))
+		return 1;
+	if (!ch)
+		die("rdma_create_event_channel");
+	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+		die("fcntl");
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		die("rdma_create_id");
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 5000))
+		die("rdma_resolve_addr");
+	if (next_event(ch) != RDMA_CM_EVENT_ADDR_RESOLVED)
+		die("address resolution");
+	if (rdma_resolve_route(id, 5000))
+		die("rdma_resolve_route");
+	if (next_event(ch) != RDMA_CM_EVENT_ROUTE_RESOLVED)
+		die("route resolution");
+	cp.qp_num = 0x3234;
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (!strcmp(mode, "good"))
+		hello(&cp, hb, 1, 64, 1);
+	else if (!strcmp(mode, "v2"))
+		hello(&cp, hb, 2, 64, 1);
+	else if (!strcmp(mode, "zero"))
+		hello(&cp, hb, 1, 0, 1);
+	else if (!strcmp(mode, "big"))
+		hello(&cp, hb, 1, 65536, 256);
+	else if (strcmp(mode, "none")) {
+		fprintf(stderr, "hostile_peer: unknown hello %s\n", mode);
+		return 1;
+	}
+	if (rdma_connect(id, &cp))
+		die("rdma_connect");
+	end = now_s() + 30;
+	while (type < 0 && now_s() < end) {
+		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+
+		if (rdma_get_cm_event(ch, &ev)) {
+			if (errno != EAGAIN)
+				die("rdma_get_cm_event");
+			poll(&pfd, 1, 100);
+			continue;
+		}
+		type = ev->event;
+		status = ev->status;
+		if (type == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data &&
+		    ev->param.conn.private_data_len >= 16) {
+			memcpy(r, ev->param.conn.private_data, 16);
+			rlen = 16;
+		}
+		rdma_ack_cm_event(ev);
+	}
+	if (type == RDMA_CM_EVENT_CONNECT_RESPONSE) {
+		printf("hostile_peer: hello %s: replied\n", mode);
+	} else if (type == RDMA_CM_EVENT_REJECTED) {
+		uint32_t size, depth;
+
+		printf("hostile_peer: hello %s: rejected (reason %d): ", mode, status);
+		if (rlen && !memcmp(r, "CMEC", 4) && r[4] == 1 && r[5] == 2) {
+			memcpy(&size, r + 8, 4);
+			memcpy(&depth, r + 12, 4);
+			printf("refused 0x%x: size %u depth %u\n", r[6], ntohl(size), ntohl(depth));
+		} else {
+			printf("no refusal\n");
+		}
+	} else {
+		printf("hostile_peer: hello %s: event %d (status %d)\n", mode, type, status);
+	}
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return type == RDMA_CM_EVENT_CONNECT_RESPONSE || type == RDMA_CM_EVENT_REJECTED ? 0 : 2;
 }
 
 /* The first message of an rping client: where its buffer is, and how big. */
@@ -553,14 +679,17 @@ int main(int argc, char **argv)
 	if (argc == 9 && !strcmp(argv[1], "client") && !strcmp(argv[4], "hold"))
 		return hold(argv[2], argv[3], atoi(argv[5]), atoi(argv[6]), atof(argv[7]),
 			    atof(argv[8]));
+	if (argc == 6 && !strcmp(argv[1], "client") && !strcmp(argv[4], "hello"))
+		return hello_client(argv[2], argv[3], argv[5]);
 	if (argc == 5 && !strcmp(argv[1], "rping"))
 		return rping_client(argv[2], argv[3], argv[4]);
 	if (argc < 5 || strcmp(argv[1], "server")) {
 		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst [SECONDS [LAST]]\n"
 			"       %s client ADDR PORT vanish N\n"
 			"       %s client ADDR PORT hold N SECONDS LO HI\n"
+			"       %s client ADDR PORT hello good|none|v2|zero|big\n"
 			"       %s rping ADDR PORT short|long|zero|huge|badkey|twice\n",
-			argv[0], argv[0], argv[0], argv[0]);
+			argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 1;
 	}
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)

@@ -6,7 +6,9 @@
 # reason in last_error; copies sent right behind the last echo are ignored.
 # As a client it asks to connect and goes away before the connection is
 # established, against a server with max_conns: the failed connections are
-# released; holding the server's replies without the RTU, its ids kept, it
+# released; a request whose hello (size and depth) is missing, of another
+# version, malformed or too big is rejected with the server's limits;
+# holding the server's replies without the RTU, its ids kept, it
 # gets each connection closed accept_timeout_ms after the accept, while an
 # honest client is served; more held at once than the default max_conns get
 # the excess rejected. More connections than a server's memory budget
@@ -40,7 +42,7 @@ res_grew() {
 }
 
 ktap_print_header
-ktap_set_plan 28
+ktap_set_plan 29
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -261,8 +263,27 @@ ktap_check "64 connections refused at once: all counted, at most 10 log lines pe
 	test "${errs:-0}" = 64 -a $((lines + ${sup:-0})) = 64 -a "${sup:-0}" -gt 0 -a $lines -le $((10 * (t / 5 + 1)))
 rmdir $CFS/flood
 
-# A well-behaved client is still served, by a cmecho server.
+# The hello of an echo client's request is wire input: a request without one,
+# of another version, with a size of 0, or above the server's size and depth
+# (64 and 1 by default) is rejected, with the server's limits and what it
+# refuses in the reject (bit 0 size, 1 depth, 2 version, 3 unreadable), and
+# counted; the same request with a good hello gets a reply (the control).
 endpoint $NS_A srv role=server mode=echo addr=$ADDR_A port=7310 enable=1
+hellos=
+for h in good none v2 zero big; do
+	hellos+="$(ip netns exec $NS_B timeout 60 "$PEER" client $ADDR_A 7310 hello $h 2>&1 | tr '\n' ' ')"
+done
+ktap_print_msg "$hellos; rejected $(ep_get srv stats rejected); last_error: $(<$CFS/srv/last_error)"
+want="hostile_peer: hello good: replied \
+hostile_peer: hello none: rejected (reason 28): refused 0x8: size 64 depth 1 \
+hostile_peer: hello v2: rejected (reason 28): refused 0x4: size 64 depth 1 \
+hostile_peer: hello zero: rejected (reason 28): refused 0x8: size 64 depth 1 \
+hostile_peer: hello big: rejected (reason 28): refused 0x3: size 64 depth 1 "
+ktap_check "a request's hello is checked: none, version 2, size 0, too big: rejected with the server's limits, counted" \
+	test "$hellos" = "$want" -a "$(ep_get srv stats rejected)" = 4 \
+	-a "$(<$CFS/srv/last_error)" = "server: rejected a connect request: size 65536 above the server's 64, depth 256 above the server's 1"
+
+# A well-behaved client is still served, by a cmecho server.
 endpoint $NS_B after role=client mode=echo addr=$ADDR_A port=7310 count=20 enable=1
 wait_done after 180
 ep_diag after

@@ -2,14 +2,15 @@
 # SPDX-License-Identifier: GPL-2.0
 # IPv6: the rping protocol and native echo over global IPv6 addresses, and a
 # client connecting to the server's link-local address with a %scope of its
-# own namespace, every echo verified.
+# own namespace, every echo verified; a client asking for more than the server
+# accepts is rejected with the reason.
 . "$(dirname "$0")/lib.sh"
 
 V6_A=fd00:77::1
 V6_B=fd00:77::2
 
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 7
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -37,6 +38,13 @@ ktap_check "native echo over IPv6, 64 bytes, depth 8: 50 echoes verified" \
 	run c2 mode=echo addr=$V6_A port=7601 size=64 depth=8 count=50
 ktap_check "native echo over IPv6, 65536 bytes, depth 1: 10 echoes verified" \
 	run c3 mode=echo addr=$V6_A port=7601 size=65536 depth=1 count=10
+
+# The server's limits come back in its reject over IPv6 too.
+endpoint $NS_A small role=server mode=echo size=64 depth=1 addr=$V6_A port=7603 enable=1
+ktap_check "over IPv6, size 256 against a server of 64 bytes: rejected, the reason named" \
+	refused big6 $V6_A 7603 256 1 "size 256 above the server's 64"
+ktap_check "over IPv6, depth 8 against a server of depth 1: rejected, the reason named" \
+	refused deep6 $V6_A 7603 64 8 "depth 8 above the server's 1"
 
 # The server's link-local address, scoped with the client's interface.
 ll=$(ip -n $NS_A -6 addr show dev va scope link | sed -n 's/.*inet6 \([^/]*\).*/\1/p')

@@ -558,6 +558,23 @@ all_closed() {
 	done <"$CFS/$1/connections"
 }
 
+# refused EP ADDR PORT SIZE DEPTH WHY: an echo client EP in $NS_B of SIZE
+# bytes and depth DEPTH, to ADDR:PORT, ends in error without a connection or a
+# message, and its last_error ends with the server's reject, explained: WHY
+# (e.g. "size 256 above the server's 64"). Removes EP.
+refused() {
+	local ep=$1 le ok=1
+	endpoint $NS_B $ep role=client mode=echo addr="$2" port=$3 size=$4 depth=$5 count=5 enable=1
+	wait_done $ep 180
+	le=$(<"$CFS/$ep/last_error")
+	ktap_print_msg "$ep: $(<"$CFS/$ep/state"), connections $(ep_get $ep stats connections), pings $(ep_get $ep stats pings), rejected $(ep_get $ep stats rejected); last_error: $le"
+	[ "$(<"$CFS/$ep/state")" = error ] && [ "$(ep_get $ep stats connections)" = 0 ] &&
+		[ "$(ep_get $ep stats pings)" = 0 ] && [ "$(ep_get $ep stats rejected)" = 1 ] &&
+		[[ $le == "client 0: "*"rejected by the peer: "*" (reason 28): $6" ]] && ok=0
+	rmdir "$CFS/$ep"
+	return $ok
+}
+
 # Prints an endpoint's state, stats and last error as KTAP diagnostics.
 ep_diag() {
 	local line

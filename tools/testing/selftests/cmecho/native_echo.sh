@@ -1,12 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Native echo mode: sizes 1, 64, 4096 and 65536 bytes at depth 1 and 32, every
-# echo verified (sequence number and content); a duration-bounded run; and the
-# stats formats (histogram, percentiles, throughput).
+# echo verified (sequence number and content); a duration-bounded run; the
+# stats formats (histogram, percentiles, throughput); and a client asking for a
+# larger size or depth than the server accepts, rejected with the reason.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 12
+ktap_set_plan 15
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -56,6 +57,24 @@ ktap_check "stats: min <= p50 <= p99 <= max, histogram and exact samples count e
 	h=\$(sed -n 's/^rtt_hist_lt_[0-9]*us //p' $CFS/dur/stats | paste -sd+ | bc)
 	[ \$min -le \$p50 ] && [ \$p50 -le \$p99 ] && [ \$p99 -le \$max ] && [ \$h -eq \$n ] &&
 		[ \$k -eq \$((n < 65536 ? n : 65536)) ] && [ \$run -ge 1500000 ]"
+
+# A client asking for more than a server accepts (64 bytes, depth 1 here) is
+# rejected at connect time with the server's limits, which it names; the
+# server counts each rejection and holds nothing for it.
+endpoint $NS_A small role=server mode=echo addr=$ADDR_A port=7105 enable=1
+ktap_check "size 256 against a server of 64 bytes: rejected, the reason named" \
+	refused big1 $ADDR_A 7105 256 1 "size 256 above the server's 64"
+ktap_check "depth 8 against a server of depth 1: rejected, the reason named" \
+	refused deep8 $ADDR_A 7105 64 8 "depth 8 above the server's 1"
+both_refused() {
+	refused both $ADDR_A 7105 256 8 "size 256 above the server's 64, depth 8 above the server's 1"
+	local r=$?
+	ktap_print_msg "small: rejected $(ep_get small stats rejected), connections $(ep_get small stats connections); last_error: $(<$CFS/small/last_error)"
+	[ $r = 0 ] && [ "$(ep_get small stats rejected)" = 3 ] && [ "$(ep_get small stats connections)" = 0 ]
+}
+ktap_check "256 bytes, depth 8 against 64 bytes, depth 1: both named; the server counted 3, accepted none" \
+	both_refused
+rmdir $CFS/small
 
 # The server counts bytes as a message arrives: exactly what the clients sent.
 # It counts a round trip when its echo's send completes; a client that has its
