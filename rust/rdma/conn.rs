@@ -614,11 +614,14 @@ impl<H: ConnHandler> Conn<H> {
     ) -> Result<(), StepError> {
         let p = &self.params;
         let wait_ms = p.resolve_timeout_ms.saturating_add(RESOLVE_SLACK_MS);
-        let mut attempts = 1u8;
+        // At most `resolve_retries + 1` (256): no overflow whatever the parameter.
+        let mut attempts = 1u16;
         loop {
             self.connect_call(step, &call)?;
             match self.wait_for(want, step, wait_ms) {
-                Err(_) if attempts <= p.resolve_retries && self.retry_after_timeout() => {
+                Err(_)
+                    if attempts <= u16::from(p.resolve_retries) && self.retry_after_timeout() =>
+                {
                     attempts += 1;
                 }
                 Err(mut e) => {

@@ -18,7 +18,7 @@ pub(crate) struct StepError {
     /// The CM's description of a reject reason.
     pub(crate) reject_msg: Option<&'static CStr>,
     /// How many times the step was attempted (more than one after timeouts).
-    pub(crate) attempts: u8,
+    pub(crate) attempts: u16,
     /// The private data of the peer's reject, when it rejected: untrusted.
     pub(crate) reject_data: Option<PrivateData>,
 }
