@@ -55,6 +55,11 @@ void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)
 	id->context = ctx;
 }
 
+void *cmecho_cm_context(const struct rdma_cm_id *id)
+{
+	return id->context;
+}
+
 /* The event's enum rdma_cm_event_type: rust/rdma/event.rs tells the codes apart. */
 int cmecho_ev_type(const struct rdma_cm_event *event)
 {

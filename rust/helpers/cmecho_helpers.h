@@ -57,6 +57,7 @@ void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);
 struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx);
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
+void *cmecho_cm_context(const struct rdma_cm_id *id);
 int cmecho_ev_type(const struct rdma_cm_event *event);
 int cmecho_ev_status(const struct rdma_cm_event *event);
 u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event);

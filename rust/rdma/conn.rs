@@ -85,7 +85,7 @@ use super::cq::{Completion, FromCq, WcError};
 use super::error::{step_err, to_step, StepError};
 use super::event::{Event, EventKind};
 use super::ffi;
-use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
+use super::id::{give_back, CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::{self, QpAttrs, QpConfig};
@@ -329,26 +329,30 @@ impl<H: ConnHandler> Conn<H> {
         Ok(conn)
     }
 
-    /// Accepts the connect request on `child`: takes the id, applies the
-    /// parameters, creates the QP with `qp`, runs `setup` and `rdma_accept`.
+    /// Accepts the connect request on `child`, the new id of event `ev`: takes
+    /// the id, applies the parameters, creates the QP with `qp`, runs `setup`
+    /// and `rdma_accept`.
     ///
     /// On error everything but the id is released and the id is handed back:
-    /// the caller returns [`Verdict::DestroyId`] from the request's handler. On
-    /// success the caller calls [`Conn::accept_done`] once it has handed the
-    /// connection to its ULP.
+    /// the caller returns the [`Verdict`] that comes with the error from the
+    /// request's handler. On success the caller calls [`Conn::accept_done`] once
+    /// it has handed the connection to its ULP.
     ///
     /// # Safety
     ///
-    /// `child` must be the live new id of the `CONNECT_REQUEST` whose handler
+    /// `child` must be the new id of `ev`, a `CONNECT_REQUEST` whose handler
     /// the caller runs (holding its handler mutex, as `rdma_accept` requires),
-    /// owned by nothing else, and `self` must come from [`Conn::new_passive`].
+    /// and `self` must come from [`Conn::new_passive`].
     pub(super) unsafe fn accept(
         self: &Arc<Self>,
-        child: *mut ffi::RdmaCmId,
+        ev: &EventId,
+        child: IdPtr,
         qp: &QpConfig,
-    ) -> Result<(), StepError> {
+    ) -> Result<(), (StepError, Verdict)> {
+        let raw = child.as_ptr();
+        self.inner.lock().id = Some(child);
         // SAFETY: The caller's guarantee.
-        let r = unsafe { self.accept_steps(child, qp) };
+        let r = unsafe { self.accept_steps(raw, qp) };
         // Decide and take in one critical section: once `connecting` is clear, a
         // close takes the id itself (and waits for this handler to destroy it).
         let taken = {
@@ -381,21 +385,15 @@ impl<H: ConnHandler> Conn<H> {
             // is a CM handler, not a completion.
             unsafe { res.destroy() };
         }
-        if let Some(id) = id {
-            id.hand_back();
-        }
-        if let Some(sink) = sink {
-            // SAFETY: The child's context was reset to null below before the
-            // CM could deliver another event; nothing else uses the box.
-            unsafe {
-                ffi::cmecho_cm_set_context(child, core::ptr::null_mut());
-                sink.free();
-            }
-        }
-        Err(e)
+        // While `connecting`, nothing but this accept takes the id.
+        let verdict = match id {
+            Some(id) => give_back(id, ev, sink),
+            None => Verdict::Keep,
+        };
+        Err((e, verdict))
     }
 
-    /// The steps of [`Conn::accept`] up to `rdma_accept`.
+    /// The steps of [`Conn::accept`] up to `rdma_accept`, on its id `child`.
     ///
     /// # Safety
     ///
@@ -406,17 +404,10 @@ impl<H: ConnHandler> Conn<H> {
         qp: &QpConfig,
     ) -> Result<(), StepError> {
         let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
-        // SAFETY: `child` is the live new id of this CONNECT_REQUEST; its events go to
-        // the new sink from now on.
+        // SAFETY: `child` is the live new id of this CONNECT_REQUEST, which this
+        // connection owns (`inner.id`); its events go to the new sink from now on.
         unsafe { ffi::cmecho_cm_set_context(child, sink.as_ctx()) };
-        {
-            let mut g = self.inner.lock();
-            // SAFETY: `child` is the live new id of this CONNECT_REQUEST, owned by
-            // nothing else (the caller's guarantee).
-            let id = unsafe { IdPtr::adopt(child) }.ok_or(step_err("id", EINVAL))?;
-            g.id = Some(id);
-            g.sink = Some(sink);
-        }
+        self.inner.lock().sink = Some(sink);
         // The guarantee on the passive side: the child gets its parameters now,
         // before its QP exists and before the accept.
         self.with_id(|id| id.apply_early(&self.params))?;
@@ -424,11 +415,12 @@ impl<H: ConnHandler> Conn<H> {
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
         // An accept has no retry count of its own: the CM ignores it.
-        let mut param = cm_conn_param(&self.params, 0, &PrivateData::EMPTY);
+        let data = PrivateData::EMPTY;
+        let mut param = cm_conn_param(&self.params, 0, &data);
         let mut ece = cm_ece(&self.params);
         // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
-        // the handler mutex `rdma_accept()` requires. `param` and `ece` are valid for
-        // the call, which copies what it keeps of them.
+        // the handler mutex `rdma_accept()` requires. `param` (with `data`) and
+        // `ece` are valid for the call, which copies what it keeps of them.
         let ret = unsafe { ffi::rdma_accept_ece(child, &mut param, &mut ece) };
         to_step("rdma_accept", ret)
     }
@@ -1025,7 +1017,7 @@ impl<H: ConnHandler> Conn<H> {
     /// - Otherwise this path takes the id, the QP resources and the sink, releases
     ///   the resources and gives the id back to the CM ([`Verdict::DestroyId`]):
     ///   a close that comes later finds nothing to release.
-    fn device_removed(&self) -> Verdict {
+    fn device_removed(&self, ev: &EventId) -> Verdict {
         let (id, res, sink, established, never) = {
             let mut rg = self.res.lock();
             let mut g = self.inner.lock();
@@ -1061,9 +1053,9 @@ impl<H: ConnHandler> Conn<H> {
             // completion, so draining is allowed here.
             unsafe { res.destroy() };
         }
-        id.hand_back();
-        // Not freed here: the trampoline frees the box once the CM has the id.
-        let _freed_by_trampoline = sink;
+        // The sink goes with the id: the entry point frees it once the CM has
+        // the id.
+        let verdict = give_back(id, ev, sink);
         self.changed.notify_all();
         let first = {
             let mut g = self.inner.lock();
@@ -1079,7 +1071,7 @@ impl<H: ConnHandler> Conn<H> {
             // would hold its place until the listener's owner stops.
             self.close();
         }
-        Verdict::DestroyId
+        verdict
     }
 }
 
@@ -1113,7 +1105,7 @@ fn cm_ece(p: &ConnParams) -> ffi::rdma_ucm_ece {
 }
 
 impl<H: ConnHandler> CmEvents for Conn<H> {
-    fn cm_event(&self, _id: &EventId, ev: &Event) -> Verdict {
+    fn cm_event(&self, id: &EventId, ev: &Event) -> Verdict {
         self.inner.lock().handler_task = current_task();
         let verdict = match ev.kind {
             EventKind::AddrResolved => {
@@ -1156,7 +1148,7 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                 self.after_end(first);
                 Verdict::Keep
             }
-            EventKind::DeviceRemoval => self.device_removed(),
+            EventKind::DeviceRemoval => self.device_removed(id),
             _ => Verdict::Keep,
         };
         self.inner.lock().handler_task = 0;

@@ -9,7 +9,9 @@
 //! receiver answers with a [`Verdict`] saying whether the CM destroys the id when
 //! the handler returns. Whoever owns an [`IdPtr`] destroys it outside its
 //! handler, or hands it back to the CM from inside one, and frees the sink only
-//! once no id uses it.
+//! once no id uses it. A handler can ask the CM to destroy an id only with the
+//! proof [`IdPtr::hand_back`] gives for the id of the event it handles
+//! ([`HandedBack`]): an id still owned elsewhere is never destroyed twice.
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
 
@@ -51,12 +53,23 @@ pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
 }
 
 /// What an event handler asks of the CM once it returns.
-#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verdict {
     /// Keep the id.
     Keep,
-    /// The handler gave the id up: the CM destroys it after the handler returns.
-    DestroyId,
+    /// The handler gave the event's id up: the CM destroys it after the handler
+    /// returns, and [`cmecho_rs_cm_event`] frees the sink that came with it.
+    DestroyId(HandedBack),
+}
+
+/// Proof that the id of the event being handled was handed back to the CM.
+///
+/// # Invariants
+///
+/// Made only by [`IdPtr::hand_back`], from the owned id of the event whose
+/// handler runs (consumed: no [`IdPtr`] of it is left). `sink`, when there is
+/// one, is the box that id's context points to, owned by nothing else.
+pub(super) struct HandedBack {
+    sink: Option<SinkPtr>,
 }
 
 /// The CM id an event is delivered for, while its handler runs.
@@ -67,19 +80,23 @@ pub(super) enum Verdict {
 /// makes one, and lends it to the handler by reference, so it does not outlive
 /// the handler. `unowned` is true only for the new id of a `CONNECT_REQUEST`
 /// (as the CM's event says, not as a handler may claim) that no value has taken
-/// yet.
+/// yet. `listener_ctx` is, for a `CONNECT_REQUEST`, the context the CM gave the
+/// new id: the listener's sink, which the listener's id still uses; null for
+/// other events.
 pub(super) struct EventId {
     id: NonNull<ffi::RdmaCmId>,
     unowned: Cell<bool>,
+    listener_ctx: *mut c_void,
 }
 
 impl EventId {
-    /// The new id of a `CONNECT_REQUEST`, owned by nothing: returned once, to the
-    /// one that takes ownership of it ([`IdPtr::adopt`]); `None` afterwards and
-    /// for any other event.
-    pub(super) fn take_new(&self) -> Option<*mut ffi::RdmaCmId> {
-        // INVARIANT: Once taken, it is no longer unowned.
-        self.unowned.replace(false).then_some(self.id.as_ptr())
+    /// The new id of a `CONNECT_REQUEST`, owned by nothing: returned once, as the
+    /// value that owns it from now on; `None` afterwards and for any other event.
+    pub(super) fn take_new(&self) -> Option<IdPtr> {
+        // INVARIANT: Once taken, it is no longer unowned. The `IdPtr`'s: the
+        // new id is live while its handler runs, and after that until someone
+        // destroys it (the CM, once handed back, or the `IdPtr`'s owner).
+        self.unowned.replace(false).then_some(IdPtr(self.id))
     }
 }
 
@@ -145,18 +162,6 @@ impl IdPtr {
         Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
     }
 
-    /// Takes ownership of the new id of a connect request.
-    ///
-    /// # Safety
-    ///
-    /// `child` must be the live new id of the `CONNECT_REQUEST` being handled,
-    /// owned by no other value: from now on it is destroyed by this value, or by
-    /// the CM once handed back.
-    pub(super) unsafe fn adopt(child: *mut ffi::RdmaCmId) -> Option<Self> {
-        // INVARIANT: By the caller's guarantee the id is live and ours alone.
-        NonNull::new(child).map(Self)
-    }
-
     pub(super) fn as_ptr(&self) -> *mut ffi::RdmaCmId {
         self.0.as_ptr()
     }
@@ -170,8 +175,32 @@ impl IdPtr {
         unsafe { ffi::rdma_destroy_id(self.as_ptr()) };
     }
 
-    /// Gives the id to the CM, which destroys it when the running handler returns.
-    pub(super) fn hand_back(self) {}
+    /// Gives the id to the CM, which destroys it when the running handler
+    /// returns `Verdict::DestroyId` with the proof, and the id's `sink` with it
+    /// (when its owner has it), which is freed then.
+    ///
+    /// Only the id of the event `ev` whose handler runs can be handed back, with
+    /// the sink its context points to: anything else comes back unchanged.
+    pub(super) fn hand_back(
+        self,
+        ev: &EventId,
+        sink: Option<SinkPtr>,
+    ) -> Result<HandedBack, (Self, Option<SinkPtr>)> {
+        // SAFETY: By the type invariant the id is live; the helper reads a field.
+        let ctx = unsafe { ffi::cmecho_cm_context(self.as_ptr()) };
+        // The new id of a connect request starts with the listener's context:
+        // that box is the listener's, whatever the new id points to.
+        if self.0 != ev.id
+            || sink
+                .as_ref()
+                .is_some_and(|s| s.as_ctx() != ctx || s.as_ctx() == ev.listener_ctx)
+        {
+            return Err((self, sink));
+        }
+        // INVARIANT: The id is the event's, consumed here; the sink is its
+        // context, consumed too.
+        Ok(HandedBack { sink })
+    }
 
     /// Applies the parameters that must precede route resolution and connect or accept.
     pub(super) fn apply_early(&self, p: &ConnParams) -> Result<(), StepError> {
@@ -192,6 +221,20 @@ impl IdPtr {
             unsafe { ffi::rdma_set_service_type(self.as_ptr(), c_int::from(tos)) };
         }
         Ok(())
+    }
+}
+
+/// The verdict that hands `id`, with its `sink`, back to the CM: `DestroyId`
+/// for the id of event `ev`. Anything else is a bug of the caller: it is then
+/// left alone (`Keep`) and both are leaked, rather than destroyed twice or freed
+/// while in use.
+pub(super) fn give_back(id: IdPtr, ev: &EventId, sink: Option<SinkPtr>) -> Verdict {
+    match id.hand_back(ev, sink) {
+        Ok(h) => Verdict::DestroyId(h),
+        Err(_leaked) => {
+            pr_err!("cannot hand back a CM id other than its event's; leaked\n");
+            Verdict::Keep
+        }
     }
 }
 
@@ -222,22 +265,29 @@ unsafe extern "C" fn cmecho_rs_cm_event(
     // INVARIANT: `id` is live by the caller's guarantee, and its handler runs
     // until this returns; the handler only borrows it. The CM passes the new id
     // with a `CONNECT_REQUEST`, which it created for this event and nothing owns.
+    let request = event.kind == EventKind::ConnectRequest;
     let eid = EventId {
         id,
-        unowned: Cell::new(event.kind == EventKind::ConnectRequest),
+        unowned: Cell::new(request),
+        listener_ctx: if request { ctx } else { ptr::null_mut() },
     };
-    let verdict = sink.cm_event(&eid, &event);
-    if verdict == Verdict::DestroyId {
-        if event.kind != EventKind::ConnectRequest {
-            // The id's own sink: the CM destroys the id when we return, so nothing
-            // uses the box after this.
-            // SAFETY: `ctx` is the id's `SinkPtr`, forgotten by its owner in
-            // `device_removed` or `Listener::cm_event` before returning `DestroyId`.
-            unsafe { SinkPtr(NonNull::new_unchecked(ctx.cast())).free() };
+    match sink.cm_event(&eid, &event) {
+        Verdict::Keep => 0,
+        Verdict::DestroyId(h) => {
+            if let Some(s) = h.sink {
+                // SAFETY: By `HandedBack`'s invariant the box is the context of
+                // this event's id, live, and owned by nothing else. The CM
+                // destroys the id when we return, holding its handler mutex
+                // meanwhile: no event of it uses the box after this; its
+                // context is cleared first all the same.
+                unsafe {
+                    ffi::cmecho_cm_set_context(id.as_ptr(), ptr::null_mut());
+                    s.free();
+                }
+            }
+            1
         }
-        return 1;
     }
-    0
 }
 
 /// The C side's type of [`cmecho_rs_cm_event`].

@@ -15,7 +15,7 @@ use super::context::{current_task, in_callback};
 use super::error::{step_err, to_step, StepError};
 use super::event::{Event, EventKind};
 use super::ffi;
-use super::id::{CmEvents, EventId, IdPtr, SinkPtr, Verdict};
+use super::id::{give_back, CmEvents, EventId, IdPtr, SinkPtr, Verdict};
 use super::netns::NetNs;
 use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::QpConfig;
@@ -293,9 +293,15 @@ impl<L: ListenHandler> Listener<L> {
             // Stopped, with the destruction of the id deferred: accept nothing.
             // SAFETY: `child` is the live new id of this CONNECT_REQUEST (`EventId`);
             // no private data (null, length 0).
-            let _ =
-                unsafe { ffi::rdma_reject(child, ptr::null(), 0, ffi::IB_CM_REJ_CONSUMER_DEFINED) };
-            return Err(Verdict::DestroyId);
+            let _ = unsafe {
+                ffi::rdma_reject(
+                    child.as_ptr(),
+                    ptr::null(),
+                    0,
+                    ffi::IB_CM_REJ_CONSUMER_DEFINED,
+                )
+            };
+            return Err(give_back(child, id, None));
         }
         let req = ConnectRequest {
             remote_ece: ev.ece,
@@ -318,9 +324,9 @@ impl<L: ListenHandler> Listener<L> {
                 // `PrivateData::MAX`, so it fits the `u8`), and the CM copies it
                 // into the reject before returning.
                 let _ = unsafe {
-                    ffi::rdma_reject(child, data.as_ptr().cast(), data.len() as u8, code)
+                    ffi::rdma_reject(child.as_ptr(), data.as_ptr().cast(), data.len() as u8, code)
                 };
-                return Err(Verdict::DestroyId);
+                return Err(give_back(child, id, None));
             }
         };
         let mut params = self.params;
@@ -332,21 +338,20 @@ impl<L: ListenHandler> Listener<L> {
             Ok(c) => c,
             Err(e) => {
                 self.handler.accept_failed(step_err("alloc", e));
-                return Err(Verdict::DestroyId);
+                return Err(give_back(child, id, None));
             }
         };
-        // SAFETY: `child` is the live new id of this CONNECT_REQUEST, whose handler
-        // runs this, and nothing else owns it: `EventId::take_new` hands it out
-        // once; `conn` is a new passive connection.
-        match unsafe { conn.accept(child, &self.handler.qp_config()) } {
+        // SAFETY: `child` is the new id of this CONNECT_REQUEST (`take_new`),
+        // whose handler runs this; `conn` is a new passive connection.
+        match unsafe { conn.accept(id, child, &self.handler.qp_config()) } {
             Ok(()) => {
                 self.handler.accepted(conn.clone());
                 conn.accept_done();
                 Ok(())
             }
-            Err(e) => {
+            Err((e, verdict)) => {
                 self.handler.accept_failed(e);
-                Err(Verdict::DestroyId)
+                Err(verdict)
             }
         }
     }
@@ -372,9 +377,9 @@ impl<L: ListenHandler> CmEvents for Listener<L> {
 }
 
 impl<L: ListenHandler> Listener<L> {
-    fn listener_event(&self, id: &EventId, ev: &Event) -> Verdict {
+    fn listener_event(&self, eid: &EventId, ev: &Event) -> Verdict {
         match ev.kind {
-            EventKind::ConnectRequest => match self.accept(id, ev) {
+            EventKind::ConnectRequest => match self.accept(eid, ev) {
                 Ok(()) => Verdict::Keep,
                 Err(v) => v,
             },
@@ -389,14 +394,21 @@ impl<L: ListenHandler> Listener<L> {
                     (g.id.take(), g.sink.take())
                 };
                 match id {
-                    Some(id) => {
-                        id.hand_back();
-                        // Not freed here: the trampoline frees the box once the
-                        // CM has the id.
-                        let _freed_by_trampoline = sink;
-                        self.handler.removed();
-                        Verdict::DestroyId
-                    }
+                    Some(id) => match id.hand_back(eid, sink) {
+                        Ok(h) => {
+                            // The sink goes with the id: the entry point frees
+                            // it once the CM has the id.
+                            self.handler.removed();
+                            Verdict::DestroyId(h)
+                        }
+                        Err((id, sink)) => {
+                            // Not this listener's id: it keeps its own.
+                            let mut g = self.inner.lock();
+                            g.id = Some(id);
+                            g.sink = sink;
+                            Verdict::Keep
+                        }
+                    },
                     // `stop` is destroying the id and waits for us.
                     None => Verdict::Keep,
                 }
