@@ -38,7 +38,7 @@ struct CmEcho {
 
 /// Runs the load-time RDMA CM probe and says how it went.
 fn probe() -> Result {
-    match rdma::probe_cm(PROBE_ACK_TIMEOUT) {
+    match rdma::params::AckTimeout::new(PROBE_ACK_TIMEOUT).and_then(rdma::probe_cm) {
         Ok(()) => {
             pr_info!("version {} loaded (RDMA CM probe ok)\n", VERSION);
             Ok(())

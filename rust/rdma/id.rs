@@ -20,7 +20,7 @@ use super::error::{to_step, StepError};
 use super::event::{Event, EventKind};
 use super::ffi;
 use super::netns::NetNs;
-use super::params::ConnParams;
+use super::params::{AckTimeout, ConnParams};
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
 use kernel::bindings;
@@ -33,7 +33,7 @@ use kernel::sync::Arc;
 ///
 /// Creates an RC CM id in the initial network namespace, sets its ack timeout to
 /// `ack_timeout` and destroys it. Needs no RDMA device.
-pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
+pub(crate) fn probe_cm(ack_timeout: AckTimeout) -> Result {
     // SAFETY: `init_net` lives as long as the kernel. The id has no context: it is
     // never bound, resolved or connected, so no event can come, and
     // `cmecho_rs_cm_event` would ignore one. Creating it may sleep; module init
@@ -47,7 +47,7 @@ pub(crate) fn probe_cm(ack_timeout: u8) -> Result {
     // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
     let id = IdPtr(NonNull::new(id).ok_or(ENOMEM)?);
     // SAFETY: The id is live.
-    let r = to_result(unsafe { ffi::rdma_set_ack_timeout(id.as_ptr(), ack_timeout) });
+    let r = to_result(unsafe { ffi::rdma_set_ack_timeout(id.as_ptr(), ack_timeout.exponent()) });
     id.destroy();
     r
 }
