@@ -261,7 +261,9 @@ impl<L: ListenHandler> Listener<L> {
         *slot.lock() = Some((id, sink));
         let work = slot.clone();
         let queued = super::spawn(move || {
-            if let Some((id, sink)) = work.lock().take() {
+            // Taken out first: no lock of ours is held across the destroy.
+            let parts = work.lock().take();
+            if let Some((id, sink)) = parts {
                 Self::release(id, sink);
             }
         });
