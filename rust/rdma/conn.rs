@@ -235,6 +235,22 @@ struct ConnInner<H: ConnHandler> {
 ///
 /// Created by [`Conn::connect`] (active side) or by a [`Listener`] (passive side);
 /// released by [`Conn::close`].
+///
+/// # Invariants
+///
+/// - `inner.id` is the connection's own live CM id, when `Some`; `inner.sink`
+///   is the box its context points to, freed only once the id is destroyed
+///   or handed back with it.
+/// - `res` is `Some` only while `inner.id` is: the QP resources are created on
+///   the id and always taken out with it, in one critical section of both
+///   locks, and destroyed before it.
+/// - While `inner.connecting`, only the task that set it ([`Conn::connect`],
+///   or the listener's handler in [`Conn::accept`]) takes `inner.id`.
+/// - `inner.me` holds a reference from creation until a close takes it.
+/// - Once `inner.closer` is set, only that `close_now` releases, and
+///   `ConnState::Closed` is final.
+/// - [`ConnHandler::ended`] is called only by the one that set `inner.ended`
+///   (on an established connection), so at most once.
 #[pin_data]
 pub(crate) struct Conn<H: ConnHandler> {
     /// The QP resources, under a lock of their own (taken before `inner`) so

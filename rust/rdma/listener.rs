@@ -121,6 +121,17 @@ const LISTEN_HANDLER_SLOTS: usize = 8;
 /// It listens until [`Listener::stop`] or a device removal: the id's context
 /// holds a reference on it until then, so its owner must stop it. Accepted
 /// connections are unaffected.
+///
+/// # Invariants
+///
+/// - `inner.id` and `inner.sink` are set together, by [`Listener::listen`], and
+///   taken together, by [`Listener::stop`] or a device removal; the sink is the
+///   box the id's context points to, freed only once the id is destroyed or
+///   handed back with it.
+/// - While `inner.starting`, only [`Listener::listen`] uses the id: a device
+///   removal meanwhile leaves it and sets `inner.removed`.
+/// - No lock of the listener is held across `rdma_listen` or
+///   `rdma_destroy_id`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Listener<L: ListenHandler> {
     #[pin]
