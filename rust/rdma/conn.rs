@@ -95,6 +95,7 @@ use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
 use kernel::time::msecs_to_jiffies;
+use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,6 +268,10 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// The task running one of this connection's completions, if one runs (as
     /// an address, compared only with `current`; a CQ runs one at a time).
     cq_task: AtomicUsize,
+    /// The work item of [`Conn::close`], allocated with the connection: a close
+    /// from a callback can always be deferred, whatever memory is left.
+    #[pin]
+    close_work: Work<Conn<H>>,
     params: ConnParams,
     #[pin]
     handler: H,
@@ -300,6 +305,7 @@ impl<H: ConnHandler> Conn<H> {
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
                 cq_task: AtomicUsize::new(0),
+                close_work <- new_work!("cmecho_conn_close"),
                 params,
                 handler <- handler,
             }),
@@ -892,9 +898,13 @@ impl<H: ConnHandler> Conn<H> {
         // Wakes a `connect` in progress, which then fails with `ECONNABORTED`.
         self.changed.notify_all();
         if let Some(me) = me {
-            let spawned = super::spawn(move || me.close_now()).is_ok();
-            if !spawned {
-                // The next `close_and_wait` does the work instead.
+            // The work item is the connection's own: queuing allocates nothing.
+            // It fails only with no workqueue (the module unloading, which
+            // closes every connection with `close_and_wait` first) or queued
+            // already (`me` is taken once): then that close does the work, and
+            // `me` goes back for it.
+            if let Err(me) = super::workqueue::enqueue(me) {
+                self.inner.lock().me = Some(me);
                 pr_warn!("cannot schedule a connection close\n");
             }
         }
@@ -1088,6 +1098,20 @@ impl<H: ConnHandler> Conn<H> {
             self.close();
         }
         verdict
+    }
+}
+
+impl_has_work! {
+    impl{H: ConnHandler} HasWork<Self> for Conn<H> { self.close_work }
+}
+
+impl<H: ConnHandler> WorkItem for Conn<H> {
+    type Pointer = Arc<Self>;
+
+    /// The deferred half of [`Conn::close`], with the reference the close took
+    /// out of `me`.
+    fn run(this: Arc<Self>) {
+        this.close_now();
     }
 }
 

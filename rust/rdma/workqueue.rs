@@ -12,8 +12,8 @@ use kernel::prelude::*;
 use kernel::sync::{new_spinlock, Arc, SpinLock};
 use kernel::time::msecs_to_jiffies;
 use kernel::workqueue::{
-    impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, Queue, Work,
-    WorkItem,
+    impl_has_delayed_work, impl_has_work, new_delayed_work, new_work, DelayedWork, HasWork, Queue,
+    Work, WorkItem,
 };
 
 /// The module's workqueue: null before [`WorkQueue::new`] and after its drop.
@@ -138,6 +138,20 @@ pub(crate) fn spawn<T: FnOnce() + Send + 'static>(f: T) -> Result {
     )?;
     q.enqueue(job);
     Ok(())
+}
+
+/// Queues `item`, whose work item is a field of its own (preallocated with it),
+/// on the module's workqueue: nothing is allocated, so this cannot fail for
+/// want of memory. Gives `item` back when it is queued already, or when the
+/// module has no workqueue (before [`WorkQueue::new`], after its drop).
+pub(super) fn enqueue<T>(item: Arc<T>) -> Result<(), Arc<T>>
+where
+    T: WorkItem<Pointer = Arc<T>> + HasWork<T> + Send + Sync + 'static,
+{
+    match workqueue() {
+        Some(q) => q.enqueue(item),
+        None => Err(item),
+    }
 }
 
 /// What a [`Timer`] runs when it fires.
