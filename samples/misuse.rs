@@ -7,8 +7,9 @@
 //! carries on. At load the sample listens on `addr`:`port`, connects to itself
 //! there, commits misuse `case`, closes everything and logs the answer:
 //!
-//! - 0: `close_and_wait` from the passive side's `setup` (the request's CM handler),
-//! - 1: `close_and_wait` from `accepted` (the same handler),
+//! - 0: `close_and_wait` from the passive side's `setup` (the accept's work item,
+//!   holding the new id's handler mutex),
+//! - 1: `close_and_wait` from `accepted` (the request's CM handler),
 //! - 2: `connect` on an accepted connection,
 //! - 3: `close_and_wait` from a completion of the connection's own CQ,
 //! - 4: `close_and_wait` from a `with_res` closure of the same connection,

@@ -171,6 +171,10 @@ impl EchoConn for ServerConn {
 }
 
 impl ConnHandler for ServerConn {
+    fn accept_failed(&self, _conn: &Conn<Self>, err: StepError) {
+        self.shared.accept_failed(&err);
+    }
+
     fn setup(&self, conn: &Conn<Self>) -> Result {
         conn.with_res(|res| {
             for k in 0..self.slots {

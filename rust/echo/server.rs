@@ -184,6 +184,10 @@ impl EchoConn for ServerConn {
 }
 
 impl ConnHandler for ServerConn {
+    fn accept_failed(&self, _conn: &Conn<Self>, err: StepError) {
+        self.shared.accept_failed(&err);
+    }
+
     fn setup(&self, conn: &Conn<Self>) -> Result {
         conn.with_res(|res| {
             res.alloc_buf(B_RECV, MSG_LEN, false)?;

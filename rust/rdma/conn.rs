@@ -10,9 +10,10 @@
 //! # States
 //!
 //! [`ConnState`] is what the ULP sees; `ConnInner` adds who owns the id at
-//! each moment. `connecting` is set while [`Conn::connect`] runs, or while a
-//! [`Listener`] accepts the connection inside its connect request: only that
-//! task destroys the id meanwhile. `closer` is set once a close has taken the
+//! each moment. `connecting` is set while [`Conn::connect`] runs, or, for a
+//! connection a [`Listener`] accepts, from its connect request until the
+//! accept's work item ([`Conn::accept_later`]) is done: only that task
+//! destroys the id meanwhile. `closer` is set once a close has taken the
 //! id and the QP resources out to release them.
 //!
 //! | In state | On | Goes to | And | The id is destroyed by |
@@ -22,21 +23,23 @@
 //! | `AddrResolved` | `ROUTE_RESOLVED` | `RouteResolved` | the route is final | - |
 //! | setting up | `ESTABLISHED` | `Established` | [`ConnHandler::established`] | - |
 //! | setting up | `ADDR_ERROR` or `ROUTE_ERROR` with `ETIMEDOUT`, in [`Conn::connect`] | back to `Connecting` or `AddrResolved` | the step is repeated, up to `resolve_retries` times | - |
-//! | setting up | any other `*_ERROR`, `UNREACHABLE`, `REJECTED` | `Failed` | [`Conn::connect`] fails and closes; else the connection closes itself | the close |
+//! | setting up | any other `*_ERROR`, `UNREACHABLE`, `REJECTED` | `Failed` | [`Conn::connect`] fails and closes, or the accept's work item releases it; else the connection closes itself | the close, or the accept's work item |
 //! | `Established` | `*_ERROR`, `DISCONNECTED` | `Failed`, `Disconnected` | [`ConnHandler::ended`] once, with [`EndReason::Disconnected`]; the ULP closes | the close |
 //! | setting up | `DISCONNECTED` | `Disconnected` | closes itself unless `connecting` | the close |
-//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases; if it is still `Established` (nothing ended or closed it since `ESTABLISHED`), [`Conn::connect`] succeeds and [`ConnHandler::ended`] is called once with [`EndReason::DeviceRemoval`] | [`Conn::connect`]; the CM, for an accept |
+//! | `connecting` | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | [`Conn::connect`] or the accept fails and releases; if it is still `Established` (nothing ended or closed it since `ESTABLISHED`), [`Conn::connect`] succeeds and [`ConnHandler::ended`] is called once with [`EndReason::DeviceRemoval`] | [`Conn::connect`], or the accept's work item |
 //! | not `connecting`, id still held (also `Closing` with the release queued) | `DEVICE_REMOVAL` | `DeviceRemoved` (unchanged if `Closing`) | QP resources destroyed in the handler; [`ConnHandler::ended`] once with [`EndReason::DeviceRemoval`] if it was established; closes itself if it never was (an accepted connection without its RTU); the release finds nothing left | the CM, when the handler returns |
 //! | id taken by the release | `DEVICE_REMOVAL` | unchanged | nothing: `rdma_destroy_id` waits for this handler | the release |
 //! | any but `Closing`, `Closed` | [`Conn::close`] | `Closing` | the release is queued on the module's workqueue | the close |
-//! | any, `connecting` | the release | `Closing` (or stays `DeviceRemoved`) | [`Conn::connect`] or the accept sees it and releases when it returns | [`Conn::connect`]; the CM, for an accept |
+//! | any, `connecting` | the release | `Closing` (or stays `DeviceRemoved`) | [`Conn::connect`] or the accept's work item sees it and releases when it is done | [`Conn::connect`], or the accept's work item |
 //! | any, not `connecting` | the release | `Closing`, then `Closed` | disconnect, QP resources, id, sink, `me`, in that order | the release |
+//! | accepted, `connecting` | the accept's work item runs | unchanged | if still `Connecting`: QP, [`ConnHandler::setup`], `rdma_accept`, under the id's handler mutex; then released if a step failed ([`ConnHandler::accept_failed`] after), if `Closing` or `DeviceRemoved`, or if `Failed` or `Disconnected` without `ESTABLISHED` having come (after it, [`ConnHandler::ended`] was called and the ULP closes) | the accept's work item, when it releases |
 //! | `Closing` or `Closed` | `ESTABLISHED` | unchanged | [`ConnHandler::established`] is still called, and [`Conn::connect`] succeeds | - |
 //! | `Closing` or `Closed` | any other event but `DEVICE_REMOVAL` | unchanged | nothing | - |
 //!
 //! "Setting up" is `Connecting`, `AddrResolved` or `RouteResolved`; "the
 //! release" is `close_now`, run by [`Conn::close`]'s work item,
-//! [`Conn::close_and_wait`], or [`Conn::connect`] when it fails or was aborted.
+//! [`Conn::close_and_wait`], [`Conn::connect`] when it fails or was aborted,
+//! or the accept's work item when it releases.
 //! After `ESTABLISHED`, [`Conn::connect`] succeeds whatever follows.
 //!
 //! [`Listener`]: super::Listener
@@ -46,10 +49,12 @@
 //!
 //! Outermost first (lockdep class names in parentheses):
 //!
-//! 1. The CM's `handler_mutex` of an id: held by the CM while [`ConnHandler`]
-//!    and [`ListenHandler`] methods run (for a connect request, the listener's
-//!    and then the new id's); taken by `rdma_connect` and, in effect, by
-//!    `rdma_destroy_id`, which waits for it.
+//! 1. The CM's `handler_mutex` of an id: held by the CM while its event
+//!    handlers run ([`ConnHandler::established`] and [`ConnHandler::ended`],
+//!    [`ListenHandler`] methods; for a connect request, the listener's
+//!    and then the new id's); taken by `rdma_connect`, by the accept's work
+//!    item (`rdma_lock_handler`, around the QP's creation, `setup` and
+//!    `rdma_accept`) and, in effect, by `rdma_destroy_id`, which waits for it.
 //! 2. A CQ's completion work: [`ConnHandler::completion`] runs in it, and
 //!    destroying QP resources drains it.
 //! 3. The ULP's own locks.
@@ -109,8 +114,10 @@ pub(crate) enum EndReason {
 /// The ULP side of one connection: its events and work completions.
 ///
 /// Every method runs in a context that may sleep but must not block for long: CM
-/// handler context or the CQ's workqueue. None may wait for the connection to close
-/// ([`Conn::close`] is fine: it defers).
+/// handler context, the CQ's workqueue, or, for an accepted connection's
+/// `setup` and `accept_failed`, the module's workqueue (for `setup`, with the
+/// id's handler mutex held). None may wait for the connection to close ([`Conn::close`] is fine: it
+/// defers).
 pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     /// Allocates buffers and posts first receives: runs once the QP exists, before
     /// the connect or accept.
@@ -144,6 +151,15 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     fn connect_data(&self) -> PrivateData {
         PrivateData::EMPTY
     }
+
+    /// The accept of this passive connection failed at `err.step` (creating
+    /// the QP, [`ConnHandler::setup`], `rdma_accept`), after the listener's
+    /// [`ListenHandler::accepted`] gave it to the ULP: the connection is
+    /// released already, or being released by a concurrent close. Runs on the module's workqueue. Optional: the default
+    /// does nothing.
+    ///
+    /// [`ListenHandler::accepted`]: super::ListenHandler::accepted
+    fn accept_failed(&self, _conn: &Conn<Self>, _err: StepError) {}
 }
 
 /// The steps of [`Conn::connect`], in the order it runs them.
@@ -206,17 +222,19 @@ struct ConnInner<H: ConnHandler> {
     sink: Option<SinkPtr>,
     state: ConnState,
     remote_ece: Ece,
-    /// The task running this connection's CM event handler, if one runs (as an
-    /// address, compared only with `current`).
+    /// The task running this connection's CM event handler, or the accept's
+    /// work item holding the id's handler mutex, if one runs (as an address,
+    /// compared only with `current`).
     handler_task: usize,
     ended: bool,
     /// A `close_now` is releasing the resources; others wait for `Closed`.
     closer: bool,
     /// [`Conn::connect`] is running, or a [`Listener`] is accepting the
-    /// connection: it alone may destroy the id meanwhile.
+    /// connection (from its request's handler until the accept's work item is
+    /// done): it alone may destroy the id meanwhile.
     connecting: bool,
-    /// The task running [`Conn::connect`] (as an address, compared only with
-    /// `current`): `setup` runs on it.
+    /// The task running [`Conn::connect`] or the accept's work item (as an
+    /// address, compared only with `current`): `setup` runs on it.
     connect_task: usize,
     /// Made by [`Conn::new_active`]: only such a connection may [`Conn::connect`].
     active: bool,
@@ -230,6 +248,9 @@ struct ConnInner<H: ConnHandler> {
     was_established: bool,
     /// The private data of the peer's reject, once `REJECTED` came.
     reject_data: PrivateData,
+    /// The QP of an accepted connection, from [`Conn::accept`] in the request's
+    /// handler until its work item creates it.
+    accept_qp: Option<QpConfig>,
 }
 
 /// One RC connection: a CM id with its QP, CQ, PD and buffers.
@@ -245,8 +266,9 @@ struct ConnInner<H: ConnHandler> {
 /// - `res` is `Some` only while `inner.id` is: the QP resources are created on
 ///   the id and always taken out with it, in one critical section of both
 ///   locks, and destroyed before it.
-/// - While `inner.connecting`, only the task that set it ([`Conn::connect`],
-///   or the listener's handler in [`Conn::accept`]) takes `inner.id`.
+/// - While `inner.connecting`, only the task that set it takes `inner.id`:
+///   [`Conn::connect`]; for an accepted connection, the request's handler in
+///   [`Conn::accept`], then the accept's work item.
 /// - `inner.me` holds a reference from creation until a close takes it.
 /// - Once `inner.closer` is set, only that `close_now` releases, and
 ///   `ConnState::Closed` is final.
@@ -271,7 +293,11 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// The work item of [`Conn::close`], allocated with the connection: a close
     /// from a callback can always be deferred, whatever memory is left.
     #[pin]
-    close_work: Work<Conn<H>>,
+    close_work: Work<Conn<H>, CLOSE_WORK>,
+    /// The work item that finishes an accept off the CM's worker
+    /// ([`Conn::accept_later`]), allocated with the connection likewise.
+    #[pin]
+    accept_work: Work<Conn<H>, ACCEPT_WORK>,
     params: ConnParams,
     #[pin]
     handler: H,
@@ -279,6 +305,11 @@ pub(crate) struct Conn<H: ConnHandler> {
 
 /// How much longer than the CM's own resolution timeout to wait for its event.
 const RESOLVE_SLACK_MS: u32 = 1000;
+
+/// The id of [`Conn`]'s close work item.
+const CLOSE_WORK: u64 = 0;
+/// The id of [`Conn`]'s accept work item.
+const ACCEPT_WORK: u64 = 1;
 
 impl<H: ConnHandler> Conn<H> {
     fn new(handler: impl PinInit<H, Error>, params: ConnParams) -> Result<Arc<Self>> {
@@ -302,10 +333,12 @@ impl<H: ConnHandler> Conn<H> {
                     disconnecting: false,
                     was_established: false,
                     reject_data: PrivateData::EMPTY,
+                    accept_qp: None,
                 }, "cmecho_conn_inner"),
                 changed <- new_condvar!("cmecho_conn_changed"),
                 cq_task: AtomicUsize::new(0),
                 close_work <- new_work!("cmecho_conn_close"),
+                accept_work <- new_work!("cmecho_conn_accept"),
                 params,
                 handler <- handler,
             }),
@@ -331,9 +364,10 @@ impl<H: ConnHandler> Conn<H> {
     /// `remote_ece`; [`Conn::accept`] then accepts it.
     ///
     /// It is `connecting` from the start, with the calling task as its handler
-    /// task: `setup` and the listener's `accepted` run in the request's CM
-    /// handler, so a `close_and_wait` from them must fail rather than wait for
-    /// itself, and a `close` from `setup` must leave the id to the accept.
+    /// task: the listener's `accepted` runs in the request's CM handler, and
+    /// `setup` in the accept's work item holding the id's handler mutex, so a
+    /// `close_and_wait` from them must fail rather than wait for itself, and a
+    /// `close` meanwhile must leave the id to the accept.
     pub(super) fn new_passive(
         handler: impl PinInit<H, Error>,
         params: ConnParams,
@@ -351,88 +385,177 @@ impl<H: ConnHandler> Conn<H> {
         Ok(conn)
     }
 
-    /// Accepts the connect request on `child`, the new id of event `ev`: takes
-    /// the id, applies the parameters, creates the QP with `qp`, runs `setup`
-    /// and `rdma_accept`.
+    /// Takes the connect request on `child`, the new id of event `ev`, inside
+    /// the request's handler: only what must happen there. It takes the id,
+    /// points the id's events to this connection and applies the parameters
+    /// that must precede the accept. The rest (QP, `setup`, `rdma_accept`) runs
+    /// off the CM's worker once the caller has called [`Conn::accept_later`]:
+    /// the CM's worker delivers the events of every id of the device, and a
+    /// burst of requests each creating a QP and registering buffers there
+    /// would hold up the others' `ESTABLISHED` (and the peers' retries) for
+    /// longer than they wait.
     ///
-    /// On error everything but the id is released and the id is handed back:
-    /// the caller returns the [`Verdict`] that comes with the error from the
-    /// request's handler. On success the caller calls [`Conn::accept_done`] once
-    /// it has handed the connection to its ULP.
+    /// On error the id is handed back: the caller returns the [`Verdict`] that
+    /// comes with the error from the request's handler.
     ///
     /// # Safety
     ///
     /// `child` must be the new id of `ev`, a `CONNECT_REQUEST` whose handler
-    /// the caller runs (holding its handler mutex, as `rdma_accept` requires),
-    /// and `self` must come from [`Conn::new_passive`].
+    /// the caller runs, and `self` must come from [`Conn::new_passive`] and be
+    /// accepted only once.
     pub(super) unsafe fn accept(
         self: &Arc<Self>,
         ev: &EventId,
         child: IdPtr,
-        qp: &QpConfig,
+        qp: QpConfig,
     ) -> Result<(), (StepError, Verdict)> {
         let raw = child.as_ptr();
-        self.inner.lock().id = Some(child);
-        // SAFETY: The caller's guarantee.
-        let r = unsafe { self.accept_steps(raw, qp) };
-        // Decide and take in one critical section: once `connecting` is clear, a
-        // close takes the id itself (and waits for this handler to destroy it).
-        let taken = {
+        {
+            let mut g = self.inner.lock();
+            g.id = Some(child);
+            g.accept_qp = Some(qp);
+        }
+        let r = (|| {
+            let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
+            // SAFETY: `raw` is the live new id of this CONNECT_REQUEST, which
+            // this connection owns (`inner.id`); its events go to the new sink
+            // from now on.
+            unsafe { ffi::cmecho_cm_set_context(raw, sink.as_ctx()) };
+            self.inner.lock().sink = Some(sink);
+            // The guarantee on the passive side: the new id gets its parameters
+            // now, before its QP exists and before the accept.
+            self.with_id(|id| id.apply_early(&self.params))
+        })();
+        r.map_err(|e| (e, self.give_back_request(ev)))
+    }
+
+    /// Releases a connection whose accept failed inside the request's handler
+    /// (event `ev`): its id goes back to the CM with the verdict returned, which
+    /// destroys it when the handler returns.
+    fn give_back_request(&self, ev: &EventId) -> Verdict {
+        let (id, res, sink, me) = {
             let mut rg = self.res.lock();
             let mut g = self.inner.lock();
             g.connecting = false;
-            let r = match r {
-                Ok(()) if g.state == ConnState::Closing => Err(step_err("setup", ECONNABORTED)),
-                r => r,
-            };
-            match r {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    g.state = ConnState::Closed;
-                    g.handler_task = 0;
-                    Err((e, g.id.take(), rg.take(), g.sink.take(), g.me.take()))
-                }
-            }
+            g.state = ConnState::Closed;
+            g.handler_task = 0;
+            g.accept_qp = None;
+            (g.id.take(), rg.take(), g.sink.take(), g.me.take())
         };
         self.changed.notify_all();
-        let (e, id, res, sink, me) = match taken {
-            Ok(()) => return Ok(()),
-            Err(t) => t,
-        };
-        // The CM destroys the child when the handler returns non-zero: release
-        // the rest.
+        // The caller holds its own reference: this never drops `self`.
         drop(me);
         if let Some(res) = res {
-            // SAFETY: The child id is live until this handler returns; this
-            // is a CM handler, not a completion.
+            // SAFETY: The id is handed back only below; this is a CM handler,
+            // not a completion.
             unsafe { res.destroy() };
         }
-        // While `connecting`, nothing but this accept takes the id.
-        let verdict = match id {
+        // While `connecting`, nothing but the accept takes the id.
+        match id {
             Some(id) => give_back(id, ev, sink),
             None => Verdict::Keep,
-        };
-        Err((e, verdict))
+        }
     }
 
-    /// The steps of [`Conn::accept`] up to `rdma_accept`, on its id `child`.
+    /// Queues the rest of the accept that [`Conn::accept`] began (QP, `setup`,
+    /// `rdma_accept`) on the module's workqueue, from the request's handler
+    /// (event `ev`), once the ULP has the connection. The handler then returns
+    /// with the request neither accepted nor rejected: the CM answers the
+    /// peer's repeated requests with an MRA (its own "wait"), and the accept
+    /// takes the id's handler mutex (`rdma_lock_handler`) as an event handler
+    /// would. On error (the module has no workqueue) the id is handed back with
+    /// the verdict returned. The workqueue runs up to 1024 items at once
+    /// (unbound, default `max_active`); a ULP whose own blocking work there
+    /// (connects waiting for `ESTABLISHED`) takes them all holds accepts back
+    /// until its waits time out.
+    pub(super) fn accept_later(self: &Arc<Self>, ev: &EventId) -> Result<(), Verdict> {
+        // The request's handler is no longer this connection's; cleared before
+        // the work item can run and set its own task.
+        self.inner.lock().handler_task = 0;
+        match super::workqueue::enqueue::<_, ACCEPT_WORK>(self.clone()) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.give_back_request(ev)),
+        }
+    }
+
+    /// The deferred half of an accept, on the module's workqueue. With the
+    /// id's handler mutex held (as `rdma_accept` requires; the CM's handlers of
+    /// the id wait meanwhile), creates the QP, runs `setup` and `rdma_accept`,
+    /// unless the connection was closed, failed or lost its device since the
+    /// request. Then decides in one critical section, clearing `connecting`,
+    /// whether it stays: it is released here when a step failed, when it is
+    /// closing or its device was removed, or when it failed or was disconnected
+    /// before `ESTABLISHED` (while `connecting` nothing else closes it).
+    fn accept_deferred(self: Arc<Self>) {
+        let me = current_task();
+        let (raw, qp) = {
+            let mut g = self.inner.lock();
+            g.connect_task = me;
+            (g.id.as_ref().map(|id| id.as_ptr()), g.accept_qp.take())
+        };
+        let r = match (raw, qp) {
+            (Some(raw), Some(qp)) => {
+                // SAFETY: `raw` is this connection's live id: while `connecting`
+                // only this work item destroys it (`close_now` and
+                // `DEVICE_REMOVAL` leave it), which it does only after unlocking.
+                unsafe { ffi::rdma_lock_handler(raw) };
+                let go = {
+                    let mut g = self.inner.lock();
+                    g.handler_task = me;
+                    g.state == ConnState::Connecting
+                };
+                let r = if go {
+                    // A callback of this layer: what would wait for this id's
+                    // handlers (or for this accept) from `setup` fails.
+                    let _scope = Scope::enter(0);
+                    // SAFETY: `raw` is live (above), and this task holds its
+                    // handler mutex.
+                    unsafe { self.accept_steps(raw, &qp) }
+                } else {
+                    Ok(())
+                };
+                self.inner.lock().handler_task = 0;
+                // SAFETY: Locked above by this task; the id is still live.
+                unsafe { ffi::rdma_unlock_handler(raw) };
+                r
+            }
+            // Released in the request's handler already (`Closed`): nothing
+            // to do.
+            _ => Ok(()),
+        };
+        let release = {
+            let mut g = self.inner.lock();
+            g.connecting = false;
+            g.connect_task = 0;
+            r.is_err()
+                || matches!(
+                    g.state,
+                    ConnState::Closing | ConnState::Closed | ConnState::DeviceRemoved
+                )
+                || (!g.was_established
+                    && matches!(g.state, ConnState::Failed(..) | ConnState::Disconnected))
+        };
+        self.changed.notify_all();
+        if release {
+            self.close_now();
+        }
+        if let Err(e) = r {
+            self.handler.accept_failed(&self, e);
+        }
+    }
+
+    /// The steps of an accept that run off the CM's worker, on its id `child`:
+    /// QP, the handler's `setup`, `rdma_accept`.
     ///
     /// # Safety
     ///
-    /// As for [`Conn::accept`].
+    /// `child` must be this connection's live id, and the caller must hold
+    /// its handler mutex.
     unsafe fn accept_steps(
         self: &Arc<Self>,
         child: *mut ffi::RdmaCmId,
         qp: &QpConfig,
     ) -> Result<(), StepError> {
-        let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
-        // SAFETY: `child` is the live new id of this CONNECT_REQUEST, which this
-        // connection owns (`inner.id`); its events go to the new sink from now on.
-        unsafe { ffi::cmecho_cm_set_context(child, sink.as_ctx()) };
-        self.inner.lock().sink = Some(sink);
-        // The guarantee on the passive side: the child gets its parameters now,
-        // before its QP exists and before the accept.
-        self.with_id(|id| id.apply_early(&self.params))?;
         self.create_res(qp)
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
@@ -440,17 +563,11 @@ impl<H: ConnHandler> Conn<H> {
         let data = PrivateData::EMPTY;
         let mut param = cm_conn_param(&self.params, 0, &data);
         let mut ece = cm_ece(&self.params);
-        // SAFETY: `child` is live, and we run in its CONNECT_REQUEST handler, holding
-        // the handler mutex `rdma_accept()` requires. `param` (with `data`) and
-        // `ece` are valid for the call, which copies what it keeps of them.
+        // SAFETY: `child` is live and the caller holds its handler mutex, which
+        // `rdma_accept()` requires. `param` (with `data`) and `ece` are valid
+        // for the call, which copies what it keeps of them.
         let ret = unsafe { ffi::rdma_accept_ece(child, &mut param, &mut ece) };
         to_step("rdma_accept", ret)
-    }
-
-    /// Ends the accept of [`Conn::accept`], once the ULP has the connection:
-    /// from now on the request's handler is no longer this connection's.
-    pub(super) fn accept_done(&self) {
-        self.inner.lock().handler_task = 0;
     }
 
     /// Connects to `addr`:`port` from namespace `net`, blocking until established.
@@ -903,7 +1020,7 @@ impl<H: ConnHandler> Conn<H> {
             // closes every connection with `close_and_wait` first) or queued
             // already (`me` is taken once): then that close does the work, and
             // `me` goes back for it.
-            if let Err(me) = super::workqueue::enqueue(me) {
+            if let Err(me) = super::workqueue::enqueue::<_, CLOSE_WORK>(me) {
                 self.inner.lock().me = Some(me);
                 pr_warn!("cannot schedule a connection close\n");
             }
@@ -916,8 +1033,8 @@ impl<H: ConnHandler> Conn<H> {
     /// (a CM event of any id, `setup` and `accepted` on the passive side, a
     /// completion of any connection), from any [`Conn::with_res`] closure, and
     /// from this connection's own `setup` in [`Conn::connect`].
-    /// Closing waits for the CM handlers (`rdma_destroy_id`) and for `connect`,
-    /// and drains the completions: from a callback, two connections each
+    /// Closing waits for the CM handlers (`rdma_destroy_id`), for `connect` or
+    /// the accept's work item, and drains the completions: from a callback, two connections each
     /// closing the other would wait for each other. Callbacks use
     /// [`Conn::close`].
     pub(crate) fn close_and_wait(&self) -> Result {
@@ -1102,16 +1219,26 @@ impl<H: ConnHandler> Conn<H> {
 }
 
 impl_has_work! {
-    impl{H: ConnHandler} HasWork<Self> for Conn<H> { self.close_work }
+    impl{H: ConnHandler} HasWork<Self, CLOSE_WORK> for Conn<H> { self.close_work }
+    impl{H: ConnHandler} HasWork<Self, ACCEPT_WORK> for Conn<H> { self.accept_work }
 }
 
-impl<H: ConnHandler> WorkItem for Conn<H> {
+impl<H: ConnHandler> WorkItem<CLOSE_WORK> for Conn<H> {
     type Pointer = Arc<Self>;
 
     /// The deferred half of [`Conn::close`], with the reference the close took
     /// out of `me`.
     fn run(this: Arc<Self>) {
         this.close_now();
+    }
+}
+
+impl<H: ConnHandler> WorkItem<ACCEPT_WORK> for Conn<H> {
+    type Pointer = Arc<Self>;
+
+    /// The deferred half of an accept ([`Conn::accept_later`]).
+    fn run(this: Arc<Self>) {
+        this.accept_deferred();
     }
 }
 

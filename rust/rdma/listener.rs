@@ -82,10 +82,19 @@ pub(crate) trait ListenHandler: Send + Sync + 'static {
         req: &ConnectRequest,
     ) -> Result<(impl PinInit<Self::Conn, Error>, Option<Ece>), Reject>;
 
-    /// A connection was accepted; it is the ULP's to close.
+    /// A connect request was taken on: `conn` is the ULP's to close from now
+    /// on. Called in the request's handler, before the QP exists and before
+    /// the accept, which run off the CM's worker next: the connection then
+    /// becomes established, or fails (its handler's
+    /// [`ConnHandler::accept_failed`] says why), or its peer goes away before
+    /// `ESTABLISHED`, and it closes itself. A ULP's deadline for reaching
+    /// `ESTABLISHED` starts here.
     fn accepted(&self, conn: Arc<Conn<Self::Conn>>);
 
-    /// Accepting a request failed at `err.step`.
+    /// Taking on a request failed at `err.step`, in the request's handler:
+    /// before the ULP had the connection, or right after
+    /// [`ListenHandler::accepted`] when the rest of the accept cannot be
+    /// queued (the module unloading; the connection is then closed).
     fn accept_failed(&self, err: StepError);
 
     /// The listener's device was removed; the listener no longer listens.
@@ -356,17 +365,16 @@ impl<L: ListenHandler> Listener<L> {
         };
         // SAFETY: `child` is the new id of this CONNECT_REQUEST (`take_new`),
         // whose handler runs this; `conn` is a new passive connection.
-        match unsafe { conn.accept(id, child, &self.handler.qp_config()) } {
-            Ok(()) => {
-                self.handler.accepted(conn.clone());
-                conn.accept_done();
-                Ok(())
-            }
-            Err((e, verdict)) => {
-                self.handler.accept_failed(e);
-                Err(verdict)
-            }
+        if let Err((e, verdict)) = unsafe { conn.accept(id, child, self.handler.qp_config()) } {
+            self.handler.accept_failed(e);
+            return Err(verdict);
         }
+        // The ULP has it from admission on (its deadline, its count): the
+        // rest of the accept runs off the CM's worker.
+        self.handler.accepted(conn.clone());
+        conn.accept_later(id).inspect_err(|_| {
+            self.handler.accept_failed(step_err("rdma_accept", ENODEV));
+        })
     }
 }
 

@@ -37,12 +37,18 @@ impl WorkQueue {
         if !WQ.load(Ordering::Acquire).is_null() {
             return Err(EBUSY);
         }
+        // High priority, as the CQs' completion work (`ib-comp-wq`): the
+        // accepts and releases queued here must not wait behind the data path
+        // of the connections already up, or a burst of connects is served only
+        // once the traffic stops.
         // SAFETY: The name is a NUL-terminated string, which the workqueue copies.
         // Allocating may sleep, and this runs in process context (module init).
         let wq = unsafe {
             ffi::cmecho_wq_alloc(
                 c"cmecho".as_char_ptr(),
-                bindings::wq_flags_WQ_UNBOUND | bindings::wq_flags_WQ_MEM_RECLAIM,
+                bindings::wq_flags_WQ_UNBOUND
+                    | bindings::wq_flags_WQ_HIGHPRI
+                    | bindings::wq_flags_WQ_MEM_RECLAIM,
                 0,
             )
         };
@@ -144,9 +150,11 @@ pub(crate) fn spawn<T: FnOnce() + Send + 'static>(f: T) -> Result {
 /// on the module's workqueue: nothing is allocated, so this cannot fail for
 /// want of memory. Gives `item` back when it is queued already, or when the
 /// module has no workqueue (before [`WorkQueue::new`], after its drop).
-pub(super) fn enqueue<T>(item: Arc<T>) -> Result<(), Arc<T>>
+///
+/// `ID` tells apart the work items of one type that has several.
+pub(super) fn enqueue<T, const ID: u64>(item: Arc<T>) -> Result<(), Arc<T>>
 where
-    T: WorkItem<Pointer = Arc<T>> + HasWork<T> + Send + Sync + 'static,
+    T: WorkItem<ID, Pointer = Arc<T>> + HasWork<T, ID> + Send + Sync + 'static,
 {
     match workqueue() {
         Some(q) => q.enqueue(item),

@@ -76,7 +76,9 @@ links_up || ktap_print_msg "rxe links not back"
 # TCG the command takes seconds to start and rxe to unregister: with 2 s a lock
 # the removal came too late, twice in two tries). The removal's command, forked
 # beforehand, polls for that itself. The client ends in error, saying why.
-endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7541 enable=1
+# The server's accept runs on that workqueue too and is slowed as much: its
+# accept_timeout_ms is long enough for that.
+endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7541 accept_timeout_ms=600000 enable=1
 slow_lock_on kworker/u 300
 endpoint $NS_B ecli role=client mode=echo addr=$ADDR_A port=7541 count=10000000 \
 	connect_timeout_ms=600000 enable=1
