@@ -111,6 +111,8 @@ impl<H: EchoConn> ConnView for Conn<H> {
 
 /// A connection an endpoint keeps, whatever its handler type.
 trait EpConn: ConnView {
+    /// [`Conn::peer_answered`].
+    fn peer_answered(&self) -> bool;
     fn close(&self);
     fn close_and_wait(&self);
     /// The same connection, seen only as a [`ConnView`] (no trait upcasting:
@@ -119,6 +121,10 @@ trait EpConn: ConnView {
 }
 
 impl<H: EchoConn> EpConn for Conn<H> {
+    fn peer_answered(&self) -> bool {
+        Conn::peer_answered(self)
+    }
+
     fn close(&self) {
         Conn::close(self)
     }
@@ -841,6 +847,12 @@ impl TimerHandler for Shared {
             let Some(t) = k.accepted else {
                 continue;
             };
+            if k.conn.peer_answered() {
+                // Messages went through its QP: its peer holds nothing it
+                // does not use, whenever the CM gets to its RTU.
+                k.accepted = None;
+                continue;
+            }
             match k.conn.state() {
                 ConnState::Connecting | ConnState::AddrResolved | ConnState::RouteResolved => {}
                 // Established, or ended some other way: no deadline any more.

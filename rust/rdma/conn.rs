@@ -33,6 +33,7 @@
 //! | any, `connecting` | the release | `Closing` (or stays `DeviceRemoved`) | [`Conn::connect`] or the accept's work item sees it and releases when it is done | [`Conn::connect`], or the accept's work item |
 //! | any, not `connecting` | the release | `Closing`, then `Closed` | disconnect, QP resources, id, sink, `me`, in that order | the release |
 //! | accepted, `connecting` | the accept's work item runs | unchanged | if still `Connecting`: QP, [`ConnHandler::setup`], `rdma_accept`, under the id's handler mutex; then released if a step failed ([`ConnHandler::accept_failed`] after), if `Closing` or `DeviceRemoved`, or if `Failed` or `Disconnected` without `ESTABLISHED` having come (after it, [`ConnHandler::ended`] was called and the ULP closes) | the accept's work item, when it releases |
+//! | accepted, `Connecting` | a successful completion | unchanged | `rdma_notify` (communication established), once: the CM delivers `ESTABLISHED` without waiting for the peer's RTU | - |
 //! | `Closing` or `Closed` | `ESTABLISHED` | unchanged | [`ConnHandler::established`] is still called, and [`Conn::connect`] succeeds | - |
 //! | `Closing` or `Closed` | any other event but `DEVICE_REMOVAL` | unchanged | nothing | - |
 //!
@@ -95,7 +96,7 @@ use super::netns::NetNs;
 use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::{self, QpAttrs, QpConfig};
 use core::ptr;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
@@ -298,6 +299,10 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// ([`Conn::accept_later`]), allocated with the connection likewise.
     #[pin]
     accept_work: Work<Conn<H>, ACCEPT_WORK>,
+    /// Nothing more to tell the CM on a successful completion: the connection
+    /// is active, or `ESTABLISHED` came, or [`Conn::comm_est`] told it once.
+    /// Read without a lock on every completion; set under `inner`.
+    comm_est_done: AtomicBool,
     params: ConnParams,
     #[pin]
     handler: H,
@@ -339,6 +344,7 @@ impl<H: ConnHandler> Conn<H> {
                 cq_task: AtomicUsize::new(0),
                 close_work <- new_work!("cmecho_conn_close"),
                 accept_work <- new_work!("cmecho_conn_accept"),
+                comm_est_done: AtomicBool::new(false),
                 params,
                 handler <- handler,
             }),
@@ -357,6 +363,7 @@ impl<H: ConnHandler> Conn<H> {
     ) -> Result<Arc<Self>> {
         let conn = Self::new(handler, params)?;
         conn.inner.lock().active = true;
+        conn.comm_est_done.store(true, Ordering::Relaxed);
         Ok(conn)
     }
 
@@ -909,6 +916,14 @@ impl<H: ConnHandler> Conn<H> {
         &self.handler
     }
 
+    /// Whether the connection is known to be up: `ESTABLISHED` came, or, for
+    /// an accepted one, a work request of it completed (its peer's QP talks
+    /// to ours, even while the peer's RTU is late or lost).
+    pub(crate) fn peer_answered(&self) -> bool {
+        let g = self.inner.lock();
+        g.was_established || (!g.active && self.comm_est_done.load(Ordering::Relaxed))
+    }
+
     /// The connection's state.
     pub(crate) fn state(&self) -> ConnState {
         self.inner.lock().state
@@ -1218,6 +1233,31 @@ impl<H: ConnHandler> Conn<H> {
     }
 }
 
+impl<H: ConnHandler> Conn<H> {
+    /// A work request of this accepted connection completed before
+    /// `ESTABLISHED`: the peer's QP talks to ours, so the connection is
+    /// established whether or not the peer's RTU arrived (it may be lost, or
+    /// late behind a burst of other connections' messages). Tells the CM so,
+    /// once (`rdma_notify` with `IB_EVENT_COMM_EST`, what a provider's QP
+    /// event would have a ULP do; rxe raises none): it then delivers
+    /// `ESTABLISHED` as if the RTU had come, and a server's deadline for the
+    /// RTU does not close a connection that already carries data.
+    fn comm_est(&self) {
+        let g = self.inner.lock();
+        if g.active || g.was_established || g.state != ConnState::Connecting {
+            return;
+        }
+        let Some(id) = &g.id else {
+            return;
+        };
+        self.comm_est_done.store(true, Ordering::Relaxed);
+        // SAFETY: The id is live while the lock is held and `g.id` is `Some`.
+        // The call takes only the CM's spinlocks and queues the event; it
+        // fails harmlessly where the CM state is not waiting for the RTU.
+        let _ = unsafe { ffi::rdma_notify(id.as_ptr(), ffi::IB_EVENT_COMM_EST) };
+    }
+}
+
 impl_has_work! {
     impl{H: ConnHandler} HasWork<Self, CLOSE_WORK> for Conn<H> { self.close_work }
     impl{H: ConnHandler} HasWork<Self, ACCEPT_WORK> for Conn<H> { self.accept_work }
@@ -1291,6 +1331,7 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
                         g.remote_ece = ev.ece;
                     }
                     g.was_established = true;
+                    self.comm_est_done.store(true, Ordering::Relaxed);
                 }
                 self.set_state(ConnState::Established);
                 self.handler.established(self);
@@ -1325,6 +1366,9 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
 
 impl<H: ConnHandler> Completion for Conn<H> {
     fn complete(&self, _from: FromCq, tag: u32, status: Result<u32, WcError>) {
+        if status.is_ok() && !self.comm_est_done.load(Ordering::Relaxed) {
+            self.comm_est();
+        }
         let _scope = Scope::enter(0);
         self.cq_task.store(current_task(), Ordering::Relaxed);
         self.handler.completion(self, tag, status);
