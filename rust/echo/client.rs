@@ -212,23 +212,15 @@ impl EchoConn for ClientConn {
             detect_us: None,
         }
     }
-}
 
-impl ConnHandler for ClientConn {
-    fn setup(&self, conn: &Conn<Self>) -> Result {
-        conn.with_res(|res| {
-            res.alloc_buf(B_RECV, MSG_LEN, false)?;
-            res.alloc_buf(B_SRC_MSG, MSG_LEN, false)?;
-            res.alloc_buf(B_SINK_MSG, MSG_LEN, false)?;
-            res.alloc_buf(B_SRC, self.size, true)?;
-            res.alloc_buf(B_SINK, self.size, true)?;
-            res.post_recv(T_RECV, B_RECV, 0, MSG_LEN)
-        })
-    }
-
-    fn established(&self, conn: &Conn<Self>) {
+    /// The first ping, on the connecting task, not in the `ESTABLISHED`
+    /// handler.
+    fn connected(&self, conn: &Conn<Self>) {
+        if self.progress.lock().phase == Phase::Done {
+            // Ended (and reported) between `ESTABLISHED` and now.
+            return;
+        }
         self.shared.read_back(conn);
-        self.shared.client_established();
         self.progress.lock().run_started = Some(Instant::now());
         // The source is read by the server, the sink written: fast registrations,
         // posted ahead of the first SEND that advertises them.
@@ -255,6 +247,23 @@ impl ConnHandler for ClientConn {
             }
             Err(e) => self.fail(conn, fmt!("cannot register buffers: {}", ErrName(e))),
         }
+    }
+}
+
+impl ConnHandler for ClientConn {
+    fn setup(&self, conn: &Conn<Self>) -> Result {
+        conn.with_res(|res| {
+            res.alloc_buf(B_RECV, MSG_LEN, false)?;
+            res.alloc_buf(B_SRC_MSG, MSG_LEN, false)?;
+            res.alloc_buf(B_SINK_MSG, MSG_LEN, false)?;
+            res.alloc_buf(B_SRC, self.size, true)?;
+            res.alloc_buf(B_SINK, self.size, true)?;
+            res.post_recv(T_RECV, B_RECV, 0, MSG_LEN)
+        })
+    }
+
+    fn established(&self, _conn: &Conn<Self>) {
+        self.shared.client_established();
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {

@@ -76,6 +76,11 @@ pub(crate) trait EchoConn: ConnHandler {
     fn explain_reject(&self, _data: &PrivateData) -> Option<Refused> {
         None
     }
+    /// A client's connect succeeded: runs on the task that connected, in
+    /// process context and outside any callback, once `connect` returned.
+    /// Where a client posts its first batch: not in the CM's `ESTABLISHED`
+    /// handler, which holds the id's handler mutex and the CM's worker.
+    fn connected(&self, _conn: &Conn<Self>) {}
 }
 
 /// What `connections` shows of a connection an endpoint keeps, whatever its
@@ -792,6 +797,7 @@ pub(super) fn spawn_connect<H: EchoConn>(
         let enabled = sh.inner.lock().enabled;
         let res = if enabled {
             conn.connect(&sh.net, addr.as_cstr(), port, qp)
+                .map(|()| conn.handler().connected(&conn))
         } else {
             conn.close();
             Ok(())

@@ -520,6 +520,14 @@ impl EchoConn for ClientConn {
     fn explain_reject(&self, data: &PrivateData) -> Option<Refused> {
         Refused::read(data.as_bytes(), self.hello())
     }
+
+    /// The first batch: up to `depth` messages written and posted here, on
+    /// the connecting task, not in the `ESTABLISHED` handler.
+    fn connected(&self, conn: &Conn<Self>) {
+        self.shared.read_back(conn);
+        self.st.lock().started = Some(Instant::now());
+        self.pump(conn);
+    }
 }
 
 impl ConnHandler for ClientConn {
@@ -539,14 +547,8 @@ impl ConnHandler for ClientConn {
         })
     }
 
-    fn established(&self, conn: &Conn<Self>) {
-        self.shared.read_back(conn);
+    fn established(&self, _conn: &Conn<Self>) {
         self.shared.client_established();
-        {
-            let mut st = self.st.lock();
-            st.started = Some(Instant::now());
-        }
-        self.pump(conn);
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
