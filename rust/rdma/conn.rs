@@ -1049,9 +1049,9 @@ impl<H: ConnHandler> Conn<H> {
     /// completion of any connection), from any [`Conn::with_res`] closure, and
     /// from this connection's own `setup` in [`Conn::connect`].
     /// Closing waits for the CM handlers (`rdma_destroy_id`), for `connect` or
-    /// the accept's work item, and drains the completions: from a callback, two connections each
-    /// closing the other would wait for each other. Callbacks use
-    /// [`Conn::close`].
+    /// the accept's work item, and drains the completions: from a callback,
+    /// two connections each closing the other would wait for each other.
+    /// Callbacks use [`Conn::close`].
     pub(crate) fn close_and_wait(&self) -> Result {
         // Callbacks and `with_res` closures, on this very task, must not wait;
         // other threads wait, `rdma_destroy_id` letting a running handler finish.
@@ -1231,9 +1231,7 @@ impl<H: ConnHandler> Conn<H> {
         }
         verdict
     }
-}
 
-impl<H: ConnHandler> Conn<H> {
     /// A work request of this accepted connection completed before
     /// `ESTABLISHED`: the peer's QP talks to ours, so the connection is
     /// established whether or not the peer's RTU arrived (it may be lost, or
