@@ -16,7 +16,8 @@
 
 use super::ffi;
 use core::fmt;
-use kernel::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 
 /// A failed work completion: the `ib_wc_status` value.
@@ -55,30 +56,51 @@ pub(crate) trait Completion: Send + Sync + 'static {
 /// What a work request carries to its completion: the kernel's `struct ib_cqe`
 /// (whose address the request holds), followed by the tag and the context.
 ///
+/// A `Cqe` made for writers ([`Cqe::new`] with `writer`) is carried only by
+/// requests that make the device write a local buffer (receives, RDMA READs),
+/// and counts them: [`Cqe::post_writer`] binds it to the buffer's count of
+/// such requests in flight and increments both, and the completion decrements
+/// both before the context sees it. That count is what tells
+/// [`ResPtr`](super::verbs::ResPtr) the device is done with a buffer.
+///
 /// # Invariants
 ///
 /// `cqe.done` is [`wc_done::<C>`] for the `C` that `ctx` points to. The `Cqe`
 /// owns no reference on it: whoever made it keeps the `C` alive as long as a
 /// request carrying it may complete ([`Cqe::new`]). A `Cqe` with
-/// `signal_success` false reports failures only.
+/// `signal_success` false reports failures only. A writer `Cqe` reaches work
+/// requests only through [`Cqe::post_writer`]. `inflight` is at least the
+/// number of requests posted with it that have not completed (always 0 unless
+/// `writer`); while it is not 0, `writes` points to a live count that includes
+/// them (until [`wc_done`] has decremented both).
 #[repr(C)]
 pub(super) struct Cqe {
     cqe: ffi::ib_cqe,
     ctx: *const c_void,
     tag: u32,
     signal_success: bool,
+    writer: bool,
+    inflight: AtomicU32,
+    writes: AtomicPtr<AtomicU32>,
 }
 
 impl Cqe {
     /// A `Cqe` for `tag` whose completions go to `ctx`; with `signal_success`
-    /// false only failed completions do.
+    /// false only failed completions do; with `writer` it is for requests that
+    /// write a local buffer, posted through [`Cqe::post_writer`] only.
     ///
     /// # Safety
     ///
     /// `ctx` must stay a valid `C` for as long as a work request carrying this
-    /// `Cqe` may complete.
-    pub(super) unsafe fn new<C: Completion>(ctx: *const C, tag: u32, signal_success: bool) -> Self {
-        // INVARIANT: `done` is `wc_done::<C>` and `ctx` a `C`.
+    /// `Cqe` may complete. With `writer`, the address of the `Cqe` must reach a
+    /// work request only through [`Cqe::post_writer`], never [`Cqe::as_ptr`].
+    pub(super) unsafe fn new<C: Completion>(
+        ctx: *const C,
+        tag: u32,
+        signal_success: bool,
+        writer: bool,
+    ) -> Self {
+        // INVARIANT: `done` is `wc_done::<C>` and `ctx` a `C`; nothing in flight.
         Self {
             cqe: ffi::ib_cqe {
                 done: Some(wc_done::<C>),
@@ -86,6 +108,9 @@ impl Cqe {
             ctx: ctx.cast(),
             tag,
             signal_success,
+            writer,
+            inflight: AtomicU32::new(0),
+            writes: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 
@@ -94,6 +119,47 @@ impl Cqe {
     /// and the CQ only read it.
     pub(super) fn as_ptr(&self) -> *mut ffi::ib_cqe {
         core::ptr::from_ref(self).cast::<ffi::ib_cqe>().cast_mut()
+    }
+
+    /// Posts a request that writes the buffer whose count of such requests is
+    /// `count`: `post` gets this `Cqe`'s address and returns what the post
+    /// returned. `EBUSY` if requests of this `Cqe` still in flight write another
+    /// buffer (its completions could not tell which count to decrement);
+    /// `EINVAL` for a `Cqe` not made for writers.
+    ///
+    /// # Safety
+    ///
+    /// Only one thread at a time may post with this `Cqe`. `count` must stay
+    /// valid until every request posted with it has completed. `post` must post
+    /// exactly one work request carrying the address it gets when it returns 0,
+    /// and none otherwise; that request may make the device write only the
+    /// buffer `count` belongs to.
+    pub(super) unsafe fn post_writer(
+        &self,
+        count: &AtomicU32,
+        post: impl FnOnce(*mut ffi::ib_cqe) -> c_int,
+    ) -> Result {
+        if !self.writer {
+            return Err(EINVAL);
+        }
+        let c = core::ptr::from_ref(count).cast_mut();
+        // Acquire: a completion that brought `inflight` to 0 is done with `writes`.
+        if self.inflight.load(Ordering::Acquire) == 0 {
+            // Only this thread stores `writes`, and no completion reads it now.
+            self.writes.store(c, Ordering::Release);
+        } else if self.writes.load(Ordering::Relaxed) != c {
+            return Err(EBUSY);
+        }
+        // INVARIANT: `writes` is `count`, which includes the request from now.
+        count.fetch_add(1, Ordering::Relaxed);
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        let r = kernel::error::to_result(post(self.as_ptr()));
+        if r.is_err() {
+            // Not posted, so no completion comes for it.
+            count.fetch_sub(1, Ordering::Release);
+            self.inflight.fetch_sub(1, Ordering::Release);
+        }
+        r
     }
 }
 
@@ -116,6 +182,18 @@ unsafe extern "C" fn wc_done<C: Completion>(_cq: *mut ffi::IbCq, wc: *mut ffi::I
     // SAFETY: The request was posted with a `Cqe`, whose first field is the
     // `ib_cqe` the completion names (`repr(C)`), and which is live.
     let c = unsafe { &*cqe.cast_const().cast::<Cqe>() };
+    if c.writer {
+        // The device is done with the buffer the request wrote (or, failed, will
+        // not write it any more): say so before anyone hears of the completion.
+        let w = c.writes.load(Ordering::Acquire);
+        // SAFETY: The request was posted through `post_writer`, so `inflight`
+        // counts it and `writes` is a live count that includes it, by the type
+        // invariant (non-null: `post_writer` stored it before posting).
+        if let Some(w) = unsafe { w.as_ref() } {
+            w.fetch_sub(1, Ordering::Release);
+        }
+        c.inflight.fetch_sub(1, Ordering::Release);
+    }
     if status == 0 && !c.signal_success {
         return;
     }

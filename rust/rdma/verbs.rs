@@ -17,19 +17,25 @@
 //! Buffers the peer accesses are exposed only through fast-registration MRs,
 //! never a global rkey.
 //!
-//! A buffer is memory the device writes on the peer's behalf, at times the peer
-//! chooses (an RDMA WRITE into a registered buffer, or a peer breaking the protocol).
-//! No Rust reference to it is ever made: the bytes are copied with volatile accesses
+//! A buffer is memory the device writes: into a posted receive or RDMA READ, and
+//! on the peer's behalf at times the peer chooses once the buffer is registered
+//! for remote write. No Rust reference to it is ever made: the bytes are copied
 //! into or out of memory the caller owns, through [`ResPtr::read_buf`],
 //! [`ResPtr::write_buf`], [`ResPtr::produce_buf`], [`ResPtr::scan_buf`] and
-//! [`ResPtr::same_bytes`], each bounds-checked.
+//! [`ResPtr::same_bytes`], each bounds-checked. A copy is a plain bulk copy
+//! while the buffer is *quiet* (no request that writes it is in flight, and it
+//! was never registered for remote write): then nothing but the copy itself
+//! touches its bytes, as [`DmaBuf::quiet`] argues. Otherwise it is a volatile
+//! copy, byte by byte, whose result may be torn but is never undefined.
 
 use super::cq::{Completion, Cqe};
 use super::ffi;
 use super::id::IdPtr;
 use core::cell::OnceCell;
+use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::alloc::flags::GFP_KERNEL;
 use kernel::error::{from_err_ptr, to_result};
 use kernel::page::PAGE_SIZE;
@@ -93,12 +99,20 @@ impl QpAttrs {
 /// Bytes the buffer accessors copy at a time through the caller's stack.
 const CHUNK: usize = 256;
 
-/// Copies `dst.len()` bytes from `src` with volatile reads.
+/// Copies `dst.len()` bytes from `src`, a plain copy if `quiet`, else with
+/// volatile reads.
 ///
 /// # Safety
 ///
-/// `src` must be valid for reads of `dst.len()` bytes.
-unsafe fn copy_from_dma(src: *const u8, dst: &mut [u8]) {
+/// `src` must be valid for reads of `dst.len()` bytes, and no reference to
+/// them may exist. If `quiet`, nothing may write them during the call.
+unsafe fn copy_from_dma(src: *const u8, dst: &mut [u8], quiet: bool) {
+    if quiet {
+        // SAFETY: Valid, unaliased and unchanging for the call by the caller's
+        // guarantee; `dst` is the caller's own memory, so they do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        return;
+    }
     for (i, d) in dst.iter_mut().enumerate() {
         // SAFETY: In bounds by the caller's guarantee. Volatile: the device may
         // write the byte meanwhile, and no reference to it exists.
@@ -106,14 +120,21 @@ unsafe fn copy_from_dma(src: *const u8, dst: &mut [u8]) {
     }
 }
 
-/// Copies `src` to `dst` with volatile writes.
+/// Copies `src` to `dst`, a plain copy if `quiet`, else with volatile writes.
 ///
 /// # Safety
 ///
-/// `dst` must be valid for writes of `src.len()` bytes.
-unsafe fn copy_to_dma(src: &[u8], dst: *mut u8) {
+/// `dst` must be valid for writes of `src.len()` bytes, and no reference to
+/// them may exist. If `quiet`, nothing else may write them during the call (a
+/// device reading them meanwhile may read them torn, nothing worse).
+unsafe fn copy_to_dma(src: &[u8], dst: *mut u8, quiet: bool) {
+    if quiet {
+        // SAFETY: As in `copy_from_dma`.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        return;
+    }
     for (i, s) in src.iter().enumerate() {
-        // SAFETY: As above.
+        // SAFETY: As in `copy_from_dma`.
         unsafe { dst.add(i).write_volatile(*s) };
     }
 }
@@ -210,6 +231,10 @@ impl Drop for Mr {
 /// `cpu` is the start of a `KVec<u8>` allocation of `len` elements and capacity
 /// `cap`, owned by this buffer and mapped at `dma` on the live device `dev`;
 /// `mr`, if any, was allocated for it. No Rust reference to the bytes exists.
+/// `writers` is at least the number of posted requests that make the device
+/// write the buffer (receives, RDMA READs) and have not completed; each was
+/// posted with a writer [`Cqe`] bound to it. `remote_write` is set before the buffer is first
+/// registered for remote write, and never cleared.
 struct DmaBuf {
     cpu: NonNull<u8>,
     cap: usize,
@@ -217,6 +242,8 @@ struct DmaBuf {
     dma: u64,
     dev: NonNull<ffi::IbDevice>,
     mr: Option<Mr>,
+    writers: AtomicU32,
+    remote_write: AtomicBool,
 }
 
 impl DmaBuf {
@@ -250,7 +277,28 @@ impl DmaBuf {
             dma,
             dev,
             mr: None,
+            writers: AtomicU32::new(0),
+            remote_write: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the device cannot write the buffer before this thread posts a
+    /// request that does: none in flight, and no remote write access ever.
+    ///
+    /// Only a request carrying a writer [`Cqe`] bound to `writers`, or a peer
+    /// holding a remote-write rkey, makes the device write a buffer (a SEND or
+    /// RDMA WRITE from it, or a remote READ, only reads it: torn if the CPU
+    /// writes meanwhile, never a write to race with). `writers` drops to 0 in the
+    /// completion of the last of them, which comes after the device placed its
+    /// data (Acquire here pairs with the Release there; the [`DmaBuf::sync`] for
+    /// the CPU that follows makes the data visible, so callers ask before it).
+    /// New requests are posted only through the [`ResPtr`] that holds the
+    /// buffer, which is not `Sync` (the connection's mutex hands it to one
+    /// thread at a time): while a copy runs, no other thread can post. The copy's
+    /// own thread can, from a closure between two chunks, so a copy in chunks
+    /// asks again before each.
+    fn quiet(&self) -> bool {
+        !self.remote_write.load(Ordering::Relaxed) && self.writers.load(Ordering::Acquire) == 0
     }
 
     /// Whether bytes `off..off + len` are in the buffer.
@@ -278,13 +326,15 @@ impl Drop for DmaBuf {
 }
 
 /// What a [`ResPtr`] frees after its QP, in field order: buffers and their MRs,
-/// the CQ, the PD, then the [`Cqe`]s (the last tag's is the registrations').
+/// the CQ, the PD, then the [`Cqe`]s (the last tag's is the registrations') and
+/// the writer [`Cqe`]s (one per tag, for receives and RDMA READs).
 ///
 /// # Invariants
 ///
 /// The fields are declared in the order they must be freed. The buffers and MRs
-/// are of the device and PD of `pd`. `cqes` is never resized once built, so the
-/// addresses work requests hold stay valid; each slot of `bufs` is set at most
+/// are of the device and PD of `pd`. `bufs`, `cqes` and `wcqes` are never
+/// resized once built, so the addresses work requests hold stay valid (and
+/// those of the buffers' `writers` counts); each slot of `bufs` is set at most
 /// once.
 struct Parts {
     bufs: KVec<OnceCell<DmaBuf>>,
@@ -292,6 +342,7 @@ struct Parts {
     cq: Cq,
     pd: Pd,
     cqes: KVec<Cqe>,
+    wcqes: KVec<Cqe>,
 }
 
 /// The QP resources of one connection.
@@ -305,9 +356,12 @@ struct Parts {
 /// id's QP, created on `parts.pd` with `parts.cq` for both queues, and live until
 /// `destroy`; `lkey` is the PD's local DMA lkey. `ctx` is a reference on an
 /// `Arc<C>` taken by [`ResPtr::create`], the context of every `Cqe` in
-/// `parts.cqes`, of which there are `ntags + 1`, the last for [`TAG_REG`];
+/// `parts.cqes`, of which there are `ntags + 1`, the last for [`TAG_REG`], and
+/// of every `Cqe` in `parts.wcqes`, one writer `Cqe` per tag;
 /// `parts.bufs` has the `nbufs` slots of the configuration. (That the id is
-/// still live is not an invariant: [`ResPtr::destroy`] requires it.)
+/// still live is not an invariant: [`ResPtr::destroy`] requires it.) It is not
+/// `Sync`: one thread at a time posts and copies ([`DmaBuf::quiet`] relies on it;
+/// the raw pointers already make it so, the marker says it).
 pub(crate) struct ResPtr<C: Completion> {
     id: NonNull<ffi::RdmaCmId>,
     qp: NonNull<ffi::IbQp>,
@@ -316,6 +370,7 @@ pub(crate) struct ResPtr<C: Completion> {
     ntags: u32,
     parts: ManuallyDrop<Parts>,
     ctx: *const C,
+    _not_sync: PhantomData<core::cell::Cell<()>>,
 }
 
 // SAFETY: The kernel objects may be used and freed from any thread, and the
@@ -360,10 +415,15 @@ impl<C: Completion> ResPtr<C> {
         for tag in 0..cfg.ntags {
             // SAFETY: `ctx` is kept, as the invariant says, until `destroy` has
             // drained the QP and freed the CQ.
-            cqes.push(unsafe { Cqe::new(ctx, tag, true) }, GFP_KERNEL)?;
+            cqes.push(unsafe { Cqe::new(ctx, tag, true, false) }, GFP_KERNEL)?;
         }
         // SAFETY: As above.
-        cqes.push(unsafe { Cqe::new(ctx, TAG_REG, false) }, GFP_KERNEL)?;
+        cqes.push(unsafe { Cqe::new(ctx, TAG_REG, false, false) }, GFP_KERNEL)?;
+        let mut wcqes = KVec::with_capacity(cfg.ntags as usize, GFP_KERNEL)?;
+        for tag in 0..cfg.ntags {
+            // SAFETY: As above.
+            wcqes.push(unsafe { Cqe::new(ctx, tag, true, true) }, GFP_KERNEL)?;
+        }
         let mut bufs = KVec::with_capacity(cfg.nbufs as usize, GFP_KERNEL)?;
         for _ in 0..cfg.nbufs {
             bufs.push(OnceCell::new(), GFP_KERNEL)?;
@@ -403,8 +463,15 @@ impl<C: Completion> ResPtr<C> {
             dev,
             lkey,
             ntags: cfg.ntags,
-            parts: ManuallyDrop::new(Parts { bufs, cq, pd, cqes }),
+            parts: ManuallyDrop::new(Parts {
+                bufs,
+                cq,
+                pd,
+                cqes,
+                wcqes,
+            }),
             ctx,
+            _not_sync: PhantomData,
         })
     }
 
@@ -502,9 +569,16 @@ impl<C: Completion> ResPtr<C> {
     }
 
     /// Registers buffer `idx` for remote READ (or WRITE) access; returns (rkey, address).
+    /// A buffer once registered for remote write is copied with volatile
+    /// accesses from then on, whatever follows.
     pub(crate) fn reg_buf(&self, idx: u32, remote_write: bool) -> Result<(u32, u64)> {
         let b = self.slot(idx)?;
         let mr = b.mr.as_ref().ok_or(EINVAL)?;
+        if remote_write {
+            // Before the peer can learn the rkey: from here the device may write
+            // the buffer at any time (see `DmaBuf::quiet`).
+            b.remote_write.store(true, Ordering::Relaxed);
+        }
         let reg = self.parts.cqes[self.ntags as usize].as_ptr();
         let mut rkey = 0u32;
         let mut addr = 0u64;
@@ -525,40 +599,45 @@ impl<C: Completion> ResPtr<C> {
         Ok((rkey, addr))
     }
 
-    /// Runs `f` on the address of bytes `off..off + len` of buffer `idx`, synced for
-    /// the CPU before and for the device after; `EINVAL` when they are not in it.
+    /// Runs `f` on the address of bytes `off..off + len` of buffer `idx`, synced
+    /// for the CPU before and for the device after; `EINVAL` when they are not
+    /// in it. `f`'s first argument tells whether the buffer is quiet
+    /// ([`DmaBuf::quiet`]): it was before the sync, and still is.
     fn access<R>(
         &self,
         idx: u32,
         off: usize,
         len: usize,
-        f: impl FnOnce(*mut u8) -> R,
+        f: impl FnOnce(&dyn Fn() -> bool, *mut u8) -> R,
     ) -> Result<R> {
         let b = self.slot(idx)?;
         if !b.holds(off, len) {
             return Err(EINVAL);
         }
+        let was_quiet = b.quiet();
         b.sync(true);
+        let quiet = || was_quiet && b.quiet();
         // SAFETY: `off` is within the buffer, checked above.
-        let r = f(unsafe { b.cpu.as_ptr().add(off) });
+        let r = f(&quiet, unsafe { b.cpu.as_ptr().add(off) });
         b.sync(false);
         Ok(r)
     }
 
     /// Copies bytes `off..off + dst.len()` of buffer `idx` into `dst`.
     pub(crate) fn read_buf(&self, idx: u32, off: u32, dst: &mut [u8]) -> Result {
-        self.access(idx, off as usize, dst.len(), |p| {
+        self.access(idx, off as usize, dst.len(), |quiet, p| {
             // SAFETY: `access` checked that the bytes are in the buffer, which lives
-            // as long as the resources.
-            unsafe { copy_from_dma(p, dst) }
+            // as long as the resources and to which no reference exists (`DmaBuf`
+            // invariant); a quiet buffer stays so during the copy (`DmaBuf::quiet`).
+            unsafe { copy_from_dma(p, dst, quiet()) }
         })
     }
 
     /// Copies `src` into buffer `idx` at `off`.
     pub(crate) fn write_buf(&self, idx: u32, off: u32, src: &[u8]) -> Result {
-        self.access(idx, off as usize, src.len(), |p| {
+        self.access(idx, off as usize, src.len(), |quiet, p| {
             // SAFETY: As in `read_buf`.
-            unsafe { copy_to_dma(src, p) }
+            unsafe { copy_to_dma(src, p, quiet()) }
         })
     }
 
@@ -572,14 +651,16 @@ impl<C: Completion> ResPtr<C> {
         mut f: impl FnMut(usize, &mut [u8]),
     ) -> Result {
         let len = len as usize;
-        self.access(idx, 0, len, |p| {
+        self.access(idx, 0, len, |quiet, p| {
             let mut bounce = [0u8; CHUNK];
             let mut at = 0;
             while at < len {
                 let c = &mut bounce[..CHUNK.min(len - at)];
                 f(at, c);
-                // SAFETY: `at + c.len() <= len`, which `access` checked.
-                unsafe { copy_to_dma(c, p.add(at)) };
+                // SAFETY: `at + c.len() <= len`, which `access` checked; as in
+                // `read_buf` otherwise. Quiet is asked for each chunk: `f` may
+                // have posted.
+                unsafe { copy_to_dma(c, p.add(at), quiet()) };
                 at += c.len();
             }
         })
@@ -594,13 +675,13 @@ impl<C: Completion> ResPtr<C> {
         mut f: impl FnMut(usize, &[u8]) -> bool,
     ) -> Result<bool> {
         let len = len as usize;
-        self.access(idx, 0, len, |p| {
+        self.access(idx, 0, len, |quiet, p| {
             let mut bounce = [0u8; CHUNK];
             let mut at = 0;
             while at < len {
                 let c = &mut bounce[..CHUNK.min(len - at)];
-                // SAFETY: `at + c.len() <= len`, which `access` checked.
-                unsafe { copy_from_dma(p.add(at), c) };
+                // SAFETY: As in `produce_buf`.
+                unsafe { copy_from_dma(p.add(at), c, quiet()) };
                 if !f(at, c) {
                     return false;
                 }
@@ -620,17 +701,19 @@ impl<C: Completion> ResPtr<C> {
             return Ok(true);
         }
         // One sync of each buffer around the whole comparison.
-        self.access(b, 0, len, |pb| {
-            self.access(a, 0, len, |pa| {
+        self.access(b, 0, len, |quiet_b, pb| {
+            self.access(a, 0, len, |quiet_a, pa| {
+                let (qa, qb) = (quiet_a(), quiet_b());
                 let (mut x, mut y) = ([0u8; CHUNK], [0u8; CHUNK]);
                 let mut at = 0;
                 while at < len {
                     let n = CHUNK.min(len - at);
                     // SAFETY: `at + n <= len`, the length of both buffers, which
-                    // `access` checked.
+                    // `access` checked; as in `read_buf` otherwise (nothing here
+                    // posts).
                     unsafe {
-                        copy_from_dma(pa.add(at), &mut x[..n]);
-                        copy_from_dma(pb.add(at), &mut y[..n]);
+                        copy_from_dma(pa.add(at), &mut x[..n], qa);
+                        copy_from_dma(pb.add(at), &mut y[..n], qb);
                     }
                     if x[..n] != y[..n] {
                         return false;
@@ -643,11 +726,48 @@ impl<C: Completion> ResPtr<C> {
     }
 
     /// Posts a receive of `len` bytes into buffer `idx` at `off`, completing with `tag`.
+    ///
+    /// `EBUSY` while receives or RDMA READs of `tag` into another buffer are in
+    /// flight: a tag's requests that write a buffer write one at a time.
     pub(crate) fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
-        let (cqe, addr) = self.prep(tag, idx, off, len)?;
-        // SAFETY: The QP is live by the type invariant; `addr..addr + len` is in a
-        // mapped buffer of its PD, and `cqe` lives until the QP is drained.
-        to_result(unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), cqe, addr, len, self.lkey) })
+        let post = |cqe, addr| {
+            // SAFETY: The QP is live by the type invariant; `addr..addr + len` is
+            // in a mapped buffer of its PD, and `cqe` lives until the QP is drained.
+            unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), cqe, addr, len, self.lkey) }
+        };
+        // SAFETY: `post` posts one receive of `len` bytes at `addr`, or none when
+        // it fails.
+        unsafe { self.post_writer(tag, idx, off, len, post) }
+    }
+
+    /// Posts, through `post(cqe, addr)`, a request with `tag` that makes the
+    /// device write bytes `off..off + len` (at DMA address `addr`) of buffer
+    /// `idx`, counted in the buffer's `writers` until it completes.
+    ///
+    /// # Safety
+    ///
+    /// `post` must post exactly one work request carrying `cqe` when it returns
+    /// 0, and none otherwise; that request may make the device write only
+    /// `len` bytes at `addr`.
+    unsafe fn post_writer(
+        &self,
+        tag: u32,
+        idx: u32,
+        off: u32,
+        len: u32,
+        post: impl FnOnce(*mut ffi::ib_cqe, u64) -> kernel::ffi::c_int,
+    ) -> Result {
+        let cqe = self.parts.wcqes.get(tag as usize).ok_or(EINVAL)?;
+        let b = self.slot(idx)?;
+        if !b.holds(off as usize, len as usize) {
+            return Err(EINVAL);
+        }
+        let addr = b.dma + u64::from(off);
+        // SAFETY: Only the thread holding `self`, which is not `Sync`, posts. The
+        // buffer, and so its `writers`, lives until `destroy` has drained the QP.
+        // `post` posts one request writing only this buffer, by the caller's
+        // guarantee.
+        unsafe { cqe.post_writer(&b.writers, |c| post(c, addr)) }
     }
 
     /// Posts a signaled SEND of `len` bytes from buffer `idx` at `off`.
@@ -658,7 +778,8 @@ impl<C: Completion> ResPtr<C> {
     }
 
     /// Posts a signaled RDMA READ (or WRITE) between buffer `idx` at `off` and the
-    /// peer's `raddr`/`rkey`; `EINVAL` for a zero length.
+    /// peer's `raddr`/`rkey`; `EINVAL` for a zero length. A READ writes the buffer,
+    /// and is refused with `EBUSY` as a receive is ([`ResPtr::post_recv`]).
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn post_rdma(
         &self,
@@ -672,6 +793,28 @@ impl<C: Completion> ResPtr<C> {
     ) -> Result {
         if len == 0 {
             return Err(EINVAL);
+        }
+        if !write {
+            // An RDMA READ writes the local buffer.
+            let post = |cqe, addr| {
+                // SAFETY: As in `post_recv`. A bad remote address or rkey fails the
+                // work request with a remote access error, not the local side.
+                unsafe {
+                    ffi::cmecho_post_rdma(
+                        self.qp.as_ptr(),
+                        cqe,
+                        false,
+                        addr,
+                        len,
+                        self.lkey,
+                        raddr,
+                        rkey,
+                    )
+                }
+            };
+            // SAFETY: `post` posts one RDMA READ into `len` bytes at `addr`, or
+            // none when it fails.
+            return unsafe { self.post_writer(tag, idx, off, len, post) };
         }
         let (cqe, addr) = self.prep(tag, idx, off, len)?;
         // SAFETY: As in `post_recv`. A bad remote address or rkey fails the work
