@@ -33,20 +33,30 @@ pub(crate) const MAX_DEPTH: u32 = 256;
 
 /// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`:
 /// the message is its sequence number (little-endian, as much of it as fits)
-/// followed by bytes derived from it.
+/// followed by 8-byte words derived from it and their index ([`pattern`]), so a
+/// chunk costs a multiplication per word, not per byte. A message shorter than
+/// 8 bytes folds the rest of the sequence number into its last byte.
 pub(crate) fn fill_at(out: &mut [u8], at: usize, total: usize, seq: u64) {
-    let head = seq.to_le_bytes();
-    for (j, b) in out.iter_mut().enumerate() {
-        let i = at + j;
-        *b = if i < head.len() {
-            head[i]
+    let mut i = at;
+    let mut rest = &mut *out;
+    while !rest.is_empty() {
+        let (w, o) = (i / 8, i % 8);
+        let word = if w == 0 {
+            seq.to_le_bytes()
         } else {
-            pattern(seq, i)
+            pattern(seq, w).to_le_bytes()
         };
-        // A message shorter than the sequence number still depends on all of it.
-        if total < head.len() && i + 1 == total {
-            *b ^= pattern(seq, 0);
-        }
+        let n = (8 - o).min(rest.len());
+        let (head, tail) = rest.split_at_mut(n);
+        head.copy_from_slice(&word[o..o + n]);
+        i += n;
+        rest = tail;
+    }
+    // A message shorter than the sequence number still depends on all of it:
+    // its last byte also carries the bytes that did not fit.
+    if total < 8 && total > at && total <= at + out.len() {
+        let folded = seq.to_le_bytes()[total..].iter().fold(0u8, |a, b| a ^ b);
+        out[total - 1 - at] ^= folded.rotate_left(1) ^ 0x5a;
     }
 }
 
@@ -60,11 +70,10 @@ pub(crate) fn verify_at(part: &[u8], at: usize, total: usize, seq: u64) -> bool 
     })
 }
 
-fn pattern(seq: u64, i: usize) -> u8 {
-    let x = seq
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add((i as u64).wrapping_mul(0x1000_0000_01b3));
-    ((x >> 56) as u8) ^ (i as u8)
+/// Word `w` (`w >= 1`) of message `seq`: both multiplications are bijections,
+/// so two messages differ in every word, and two words of one message differ.
+fn pattern(seq: u64, w: usize) -> u64 {
+    seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)
 }
 
 /// The listener side of an echo-mode server.
@@ -650,5 +659,17 @@ mod tests {
         let mut other = [0u8; 1];
         fill(&mut other, 4);
         assert!(one != other);
+        // Short messages depend on the bytes of the sequence number that do not fit.
+        let (mut a, mut b) = ([0u8; 3], [0u8; 3]);
+        fill(&mut a, 0x0100_0000);
+        fill(&mut b, 0x0200_0000);
+        assert!(a != b);
+        // A message and the same words moved by one are different messages.
+        let mut w = [0u8; 64];
+        fill(&mut w, 5);
+        let mut shifted = [0u8; 64];
+        shifted[8..].copy_from_slice(&w[..56]);
+        shifted[..8].copy_from_slice(&w[..8]);
+        assert!(!verify(&shifted, 5));
     }
 }
