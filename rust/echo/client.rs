@@ -213,8 +213,8 @@ impl EchoConn for ClientConn {
         }
     }
 
-    /// The first ping, on the connecting task, not in the `ESTABLISHED`
-    /// handler.
+    /// The first ping, in process context once the endpoint's clients are
+    /// all connected or failed, not in the `ESTABLISHED` handler.
     fn connected(&self, conn: &Conn<Self>) {
         if self.progress.lock().phase == Phase::Done {
             // Ended (and reported) between `ESTABLISHED` and now.

@@ -57,7 +57,8 @@ pub(crate) enum State {
     Listening,
     /// A client setting up its connections.
     Connecting,
-    /// A client whose connections are pinging.
+    /// A client with a connection established (its clients ping once all
+    /// are connected or failed).
     Running,
     /// A client that completed every ping.
     Done,
@@ -76,10 +77,13 @@ pub(crate) trait EchoConn: ConnHandler {
     fn explain_reject(&self, _data: &PrivateData) -> Option<Refused> {
         None
     }
-    /// A client's connect succeeded: runs on the task that connected, in
-    /// process context and outside any callback, once `connect` returned.
-    /// Where a client posts its first batch: not in the CM's `ESTABLISHED`
-    /// handler, which holds the id's handler mutex and the CM's worker.
+    /// A client's connect succeeded, and so did or failed those of the
+    /// endpoint's other clients: runs in process context and outside any
+    /// callback, on the task of the last setup to end (a client task, or the
+    /// enabling writer), unless the endpoint was disabled first; the
+    /// connection may have ended meanwhile. Where a client posts its first
+    /// batch: not in the CM's `ESTABLISHED` handler, which holds the id's
+    /// handler mutex and the CM's worker.
     fn connected(&self, _conn: &Conn<Self>) {}
 }
 
@@ -120,6 +124,8 @@ trait EpConn: ConnView {
     fn peer_answered(&self) -> bool;
     fn close(&self);
     fn close_and_wait(&self);
+    /// [`EchoConn::connected`]: the client's messages start.
+    fn start(&self);
     /// The same connection, seen only as a [`ConnView`] (no trait upcasting:
     /// it needs a newer compiler than the kernel's minimum).
     fn as_view(self: Arc<Self>) -> Arc<dyn ConnView>;
@@ -138,6 +144,10 @@ impl<H: EchoConn> EpConn for Conn<H> {
         // Only fails inside a callback of the rdma layer or a `with_res`
         // closure; endpoints call this from process context.
         let _ = Conn::close_and_wait(self);
+    }
+
+    fn start(&self) {
+        self.handler().connected(self)
     }
 
     fn as_view(self: Arc<Self>) -> Arc<dyn ConnView> {
@@ -167,6 +177,9 @@ struct Kept {
     /// A server's connection until it is seen established: when it was
     /// accepted, for `accept_timeout_ms`.
     accepted: Option<Instant<Monotonic>>,
+    /// A client's connection that is connected and waits for the endpoint's
+    /// other clients to be connected (or failed) before its messages start.
+    ready: bool,
 }
 
 /// The running parts of an enabled endpoint.
@@ -210,7 +223,9 @@ struct Inner {
     rtt: RttSamples,
     read_back: Option<ReadBack>,
     run: Run,
-    /// Client connection setups still running on the workqueue.
+    /// Client connection setups still running on the workqueue, the enabling
+    /// loop counting as one until it spawned every client, and the last setup
+    /// as one until it started every ready client ([`Shared::setup_done`]).
     setups: u32,
     /// Client connections that have not finished their pings yet.
     unfinished: u32,
@@ -463,6 +478,8 @@ impl Endpoint {
                 g.enabled = true;
                 g.state = State::Connecting;
                 g.unfinished = cfg.clients;
+                // The loop's own setup: no client starts before all are spawned.
+                g.setups += 1;
                 drop(g);
                 for i in 0..cfg.clients {
                     let started = match cfg.mode {
@@ -477,6 +494,7 @@ impl Endpoint {
                         g.state = State::Error;
                     }
                 }
+                sh.setup_done();
                 Ok(())
             }
         }
@@ -685,6 +703,7 @@ impl Shared {
             let kept = Kept {
                 conn: conn.clone(),
                 accepted: accepted.then(Instant::now),
+                ready: false,
             };
             if g.run.conns.push(kept, GFP_KERNEL).is_ok() {
                 if accepted && !g.reaper_armed {
@@ -698,6 +717,51 @@ impl Shared {
         drop(g);
         conn.close();
         Err(ECONNABORTED)
+    }
+
+    /// A client's connection is connected: it starts with the others, once no
+    /// setup of the endpoint runs any more ([`Shared::setup_done`]).
+    fn connected(&self, conn: &Arc<dyn EpConn>) {
+        let mut g = self.inner.lock();
+        let me = Arc::as_ptr(conn);
+        if let Some(k) = g
+            .run
+            .conns
+            .iter_mut()
+            .find(|k| core::ptr::addr_eq(Arc::as_ptr(&k.conn), me))
+        {
+            k.ready = true;
+        }
+    }
+
+    /// A client setup ended (connected, failed, or given up): the last one of
+    /// an enabled endpoint starts every connected client, so that an endpoint's
+    /// clients connect without their own messages in the way (on one host they
+    /// share the CPUs with the CM's handshakes) and then run side by side. It
+    /// counts in `setups` until it is done, so a disable waits for it.
+    fn setup_done(&self) {
+        loop {
+            let next = {
+                let mut g = self.inner.lock();
+                let next = if g.setups == 1 && g.enabled {
+                    g.run.conns.iter_mut().find(|k| k.ready).map(|k| {
+                        k.ready = false;
+                        k.conn.clone()
+                    })
+                } else {
+                    None
+                };
+                if next.is_none() {
+                    g.setups = g.setups.saturating_sub(1);
+                }
+                next
+            };
+            match next {
+                Some(c) => c.start(),
+                None => break,
+            }
+        }
+        self.changed.notify_all();
     }
 
     /// A server accepted a connection: counts and keeps it (on failure `keep` has
@@ -796,8 +860,10 @@ pub(super) fn spawn_connect<H: EchoConn>(
     let r = crate::rdma::spawn(move || {
         let enabled = sh.inner.lock().enabled;
         let res = if enabled {
-            conn.connect(&sh.net, addr.as_cstr(), port, qp)
-                .map(|()| conn.handler().connected(&conn))
+            conn.connect(&sh.net, addr.as_cstr(), port, qp).map(|()| {
+                let c: Arc<dyn EpConn> = conn.clone();
+                sh.connected(&c)
+            })
         } else {
             conn.close();
             Ok(())
@@ -814,8 +880,7 @@ pub(super) fn spawn_connect<H: EchoConn>(
             );
             conn.handler().setup_failed();
         }
-        sh.inner.lock().setups -= 1;
-        sh.changed.notify_all();
+        sh.setup_done();
     });
     if let Err(e) = r {
         shared.inner.lock().setups -= 1;

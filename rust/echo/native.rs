@@ -530,9 +530,15 @@ impl EchoConn for ClientConn {
         Refused::read(data.as_bytes(), self.hello())
     }
 
-    /// The first batch: up to `depth` messages written and posted here, on
-    /// the connecting task, not in the `ESTABLISHED` handler.
+    /// The first batch: up to `depth` messages written and posted here, in
+    /// process context once the endpoint's clients are all connected or
+    /// failed, not in the `ESTABLISHED` handler.
     fn connected(&self, conn: &Conn<Self>) {
+        if self.st.lock().done {
+            // Ended (and reported) between `ESTABLISHED` and now: its QP, if
+            // still there, is not the one to show.
+            return;
+        }
         self.shared.read_back(conn);
         self.st.lock().started = Some(Instant::now());
         self.pump(conn);
