@@ -454,6 +454,7 @@ cmecho_cleanup() {
 	trap '' TERM
 	! module_loaded cmecho_slow_lock || rmmod cmecho_slow_lock
 	fail_call_off
+	failslab_off
 	rmdir_endpoints 2>/dev/null
 	module_loaded cmecho_cmtime && rmmod cmecho_cmtime
 	module_loaded cmecho_misuse && rmmod cmecho_misuse
@@ -510,6 +511,52 @@ fail_call_hits() {
 	local h
 	read -r h </sys/module/cmecho_fail_call/parameters/hits
 	printf '%s\n' "$h"
+}
+
+# failslab_on: from now on every slab allocation whose call stack runs through
+# cmecho.ko's code fails, in whichever task it runs (a CM handler's worker, a
+# completion's, the writer of a configfs file): failslab with its stack filter
+# on the module's text, from its first text symbol to the next symbol of the
+# kernel after its last one. failslab_off ends it (and does nothing where it
+# is not on); failslab_hits prints how many allocations failed. Needs
+# CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS and
+# CONFIG_FAULT_INJECTION_STACKTRACE_FILTER (scripts/kernel-debug.config).
+FAILSLAB=/sys/kernel/debug/failslab
+FAILSLAB_TIMES=1000000
+failslab_on() {
+	local lo hi end
+	debugfs_on
+	[ -e $FAILSLAB/require-start ] || {
+		ktap_print_msg "no $FAILSLAB/require-start: this kernel lacks failslab or its stack filter"
+		return 1
+	}
+	# Addresses are 16 hex digits: compared as strings, they sort as numbers.
+	read -r lo hi < <(awk '$4 == "[cmecho]" && ($2 == "t" || $2 == "T") {
+		if (lo == "" || $1 < lo) lo = $1; if ($1 > hi) hi = $1 } END { print lo, hi }' /proc/kallsyms)
+	[ -n "$hi" ] || { ktap_print_msg "failslab_on: no text symbol of cmecho in /proc/kallsyms"; return 1; }
+	# Hidden addresses (kptr_restrict) read as zeros: the range would be
+	# 0..~0, which failslab takes for no filter at all, failing every
+	# allocation of the kernel.
+	[ "$lo" != 0000000000000000 ] || { ktap_print_msg "failslab_on: /proc/kallsyms hides addresses"; return 1; }
+	end=$(awk -v hi="$hi" '$1 > hi && (e == "" || $1 < e) { e = $1 } END { print e }' /proc/kallsyms)
+	[ -n "$end" ] || end=ffffffffffffffff
+	echo 0 >$FAILSLAB/probability &&
+		echo N >$FAILSLAB/ignore-gfp-wait &&
+		echo 0 >$FAILSLAB/verbose &&
+		echo 32 >$FAILSLAB/stacktrace-depth &&
+		echo "0x$lo" >$FAILSLAB/require-start &&
+		echo "0x$end" >$FAILSLAB/require-end &&
+		echo 1 >$FAILSLAB/interval &&
+		echo $FAILSLAB_TIMES >$FAILSLAB/times &&
+		echo 100 >$FAILSLAB/probability
+}
+failslab_off() {
+	[ ! -e $FAILSLAB/probability ] || echo 0 >$FAILSLAB/probability
+}
+failslab_hits() {
+	local t
+	read -r t <$FAILSLAB/times
+	printf '%s\n' $((FAILSLAB_TIMES - t))
 }
 
 # Creates endpoint $2 in namespace $1 and writes attribute=value pairs ($3...).

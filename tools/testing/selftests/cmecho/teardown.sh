@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0
 # Teardown with live connections never hangs and leaks no CM id: rmmod while
 # endpoints exist, rmdir of a pinging client, and `rdma link del` of the server's
-# device under live connections, each bounded by a timeout; and a disable that
-# waits with a signal pending sleeps instead of spinning.
+# device under live connections, each bounded by a timeout; a disable that
+# waits with a signal pending sleeps instead of spinning; and a connection whose
+# path dies while every allocation of cmecho fails still closes.
 . "$(dirname "$0")/lib.sh"
 
 # sig_writer FILE: with a handler for SIGUSR1, enables endpoint sig, then
@@ -48,13 +49,55 @@ disable_with_signal() {
 		[ "${wall:-0}" -ge 300 ] && [ $((sys * 2)) -lt "$wall" ]
 }
 
+# close_without_memory: an echo client pings its server; then every slab
+# allocation made through cmecho's code fails (failslab_on, in every task) and
+# the path drops every packet. The client's QP runs out of retries and its
+# completion handler closes the connection: that close must not need memory,
+# or the connection would stay open with nothing left to close it until the
+# client is disabled. Once allocations work again, both endpoints go with
+# nothing left behind.
+close_without_memory() {
+	local hits=0 ok=1
+	if endpoint $NS_A msrv role=server mode=echo addr=$ADDR_A port=7820 enable=1 &&
+		endpoint $NS_B mcli role=client mode=echo addr=$ADDR_A port=7820 \
+			count=10000000 ack_timeout=14 retry_count=2 enable=1 &&
+		poll 600 key_now mcli stats connections 1; then
+		nap 1
+		ktap_print_msg "mcli: $(<$CFS/mcli/state), pings $(ep_get mcli stats pings) before the failure"
+		if failslab_on; then
+			tc -n $NS_A qdisc add dev va root netem loss 100%
+			tc -n $NS_B qdisc add dev vb root netem loss 100%
+			wait_done mcli 60
+			hits=$(failslab_hits)
+			failslab_off
+			tc -n $NS_A qdisc del dev va root
+			tc -n $NS_B qdisc del dev vb root
+		fi
+		ep_diag mcli
+		ktap_print_msg "allocations failed through cmecho meanwhile: $hits"
+		# Ended is not enough: the connection itself must be closed, its id,
+		# QP and buffers released, with no rmdir to do it.
+		poll 300 all_closed mcli ||
+			ktap_print_msg "mcli: not closed 30 s after the client ended: $(<$CFS/mcli/connections)"
+		[ "$(<$CFS/mcli/state)" = error ] && [ "$hits" -gt 0 ] && all_closed mcli && ok=0
+	else
+		ktap_print_msg "mcli: not connected within 60 s"
+	fi
+	timeout 60 rmdir $CFS/mcli || ok=1
+	timeout 60 rmdir $CFS/msrv || ok=1
+	no_cmecho_cm_ids || ok=1
+	return $ok
+}
+
 ktap_print_header
-ktap_set_plan 11
+ktap_set_plan 12
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 ktap_check "a disable waiting with a signal pending sleeps, not spins" disable_with_signal
+ktap_check "a connection whose path dies while cmecho cannot allocate closes, and leaves nothing" \
+	close_without_memory
 
 endpoint $NS_A srv role=server addr=$ADDR_A enable=1
 ip netns exec $NS_B timeout 300 rping -c -a $ADDR_A -C 1000000 -S 64 >/dev/null 2>&1 &
