@@ -139,7 +139,7 @@ pub(super) fn connections(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core:
 /// Writes `last_error`.
 pub(super) fn last_error(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::Result {
     ep.last_error(|e| match e {
-        Some(e) => writeln!(w, "{}", e.to_str().unwrap_or("?")),
+        Some(e) => writeln!(w, "{}", e),
         None => writeln!(w, "none"),
     })
 }

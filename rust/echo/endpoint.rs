@@ -33,6 +33,7 @@
 
 use super::admission;
 use super::config::{Addr, Config, Mode, Role};
+use super::error_text::ErrorText;
 use super::hello::Refused;
 use super::stats::{ConnCounters, ReadBack, RttSamples, Stats, StatsReading};
 use super::{client, native, server};
@@ -217,7 +218,7 @@ struct Inner {
     cfg: Config,
     enabled: bool,
     state: State,
-    last_error: Option<CString>,
+    last_error: ErrorText,
     stats: Stats,
     /// The round-trip times behind `stats`' percentiles.
     rtt: RttSamples,
@@ -283,7 +284,7 @@ impl Endpoint {
                     cfg: Config::default(),
                     enabled: false,
                     state: State::Idle,
-                    last_error: None,
+                    last_error: ErrorText::new(),
                     stats: Stats::default(),
                     rtt: RttSamples::new(),
                     read_back: None,
@@ -415,7 +416,7 @@ impl Endpoint {
         g.stats = Stats::default();
         g.rtt.reset();
         g.read_back = None;
-        g.last_error = None;
+        g.last_error.clear();
         match cfg.role {
             Role::Server => {
                 // Listening sleeps: `changing` keeps attribute writes out meanwhile.
@@ -539,8 +540,8 @@ impl Endpoint {
     }
 
     /// Runs `f` on `last_error`, under the lock.
-    pub(crate) fn last_error<R>(&self, f: impl FnOnce(Option<&CStr>) -> R) -> R {
-        f(self.shared.inner.lock().last_error.as_deref())
+    pub(crate) fn last_error<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(self.shared.inner.lock().last_error.get())
     }
 
     /// The inode number of the endpoint's network namespace.
@@ -966,10 +967,8 @@ impl TimerHandler for Shared {
 }
 
 fn set_error(g: &mut Inner, msg: fmt::Arguments<'_>) {
-    // Keep the previous error if there is no memory for the new one.
-    if let Ok(s) = CString::try_from_fmt(msg) {
-        g.last_error = Some(s);
-    }
+    // Allocates nothing: an error for want of memory is named too.
+    g.last_error.set(msg);
 }
 
 /// An errno, printed by its name where cmecho knows it.

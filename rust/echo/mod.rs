@@ -27,6 +27,7 @@ mod admission;
 mod client;
 mod config;
 mod endpoint;
+mod error_text;
 mod hello;
 pub(crate) mod native;
 pub(crate) mod rping;
