@@ -63,6 +63,17 @@ stats_kv() {
 	printf '%s' "$out"
 }
 rm_ep() { [ -d "$CFS/$1" ] && rmdir "$CFS/$1"; }
+# The steps of a cmtime client's report as key=value words: each step's µs per
+# connection, and as failed the events it reports for a connection that failed
+# ("event: ..., error: N"). Its step lines read
+# "create id    :  total ms  max ms  min us  us / conn".
+cmtime_kv() {
+	echo "$1" | awk -F: '
+		/^[a-z ]+ *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ *$/ { n = $1; sub(/ +$/, "", n); gsub(/ /, "_", n);
+			split($2, f, " "); printf "%s=%s ", n, f[4] }
+		/^event: / { failed++ }
+		END { printf "failed=%d ", failed }'
+}
 # The data line of a perftest report: the first line whose first field is the size.
 perftest_line() { awk -v s="$1" '$1 == s && NF >= 5 { print; exit }'; }
 # Runs the perftest server in A and the client in B; prints the client's report.
@@ -122,7 +133,8 @@ for s in "${SIZES[@]}"; do
 	i=$((i + 1))
 done
 port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
-endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 enable=1 || exit 1
+# The CM setup's 500 connections at once: above max_conns' default of 256.
+endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
 
 echo_client() { # name size depth count|- duration_ms|- [knob=value...]
 	local n=$1 s=$2 d=$3 c=$4 ms=$5
@@ -224,10 +236,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		progress "CM setup, $c connections: cmtime"
 		log=$(in_ns $NS_B timeout 600 cmtime -s $ADDR_A -p 7310 -c $c 2>&1)
 		printf '# round %s: cmtime -c %s\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
-		# "create id    :  total ms  max ms  min us  us / conn"
-		kv=$(echo "$log" | awk -F: '/^[a-z ]+ *: / { n = $1; sub(/ +$/, "", n); gsub(/ /, "_", n);
-			split($2, f, " "); printf "%s=%s ", n, f[4] }')
-		record "cm_$c" cmtime "$kv"
+		record "cm_$c" cmtime "$(cmtime_kv "$log")"
 	done
 
 	# 5. Dead-peer detection: a depth-1 echo runs, then the client's egress is cut
