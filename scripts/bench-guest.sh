@@ -43,7 +43,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	CM_CONNS=(50)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 2 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -64,14 +64,15 @@ stats_kv() {
 }
 rm_ep() { [ -d "$CFS/$1" ] && rmdir "$CFS/$1"; }
 # The steps of a cmtime client's report as key=value words: each step's µs per
-# connection, and as failed the events it reports for a connection that failed
-# ("event: ..., error: N"). Its step lines read
-# "create id    :  total ms  max ms  min us  us / conn".
+# connection, the connect step's wall time as connect_total_ms, and as failed
+# the lines it prints for a connection that failed ("event: ..., error: N",
+# "RDMA_CM_EVENT_ADDR_ERROR, ...", "failure creating qp: ...").
+# Its step lines read "create id    :  total ms  max ms  min us  us / conn".
 cmtime_kv() {
 	echo "$1" | awk -F: '
 		/^[a-z ]+ *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ *$/ { n = $1; sub(/ +$/, "", n); gsub(/ /, "_", n);
-			split($2, f, " "); printf "%s=%s ", n, f[4] }
-		/^event: / { failed++ }
+			split($2, f, " "); printf "%s=%s ", n, f[4]; if (n == "connect") printf "connect_total_ms=%s ", f[1] }
+		/^(event: |RDMA_CM_EVENT_|failure )/ { failed++ }
 		END { printf "failed=%d ", failed }'
 }
 # The data line of a perftest report: the first line whose first field is the size.
@@ -220,6 +221,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	# 4. CM setup, each step for all connections at once, against the rping
 	# server: the cmtime sample (at_once=1) vs rdma-core's cmtime. Per step,
 	# its wall time over all connections divided by their number, in µs.
+	# Then accepts per second: the same rdma-core cmtime client against
+	# rdma-core's cmtime server, whose connect step (all REQs sent at once,
+	# until the last connection is established) beside the one against
+	# cmecho's server gives each server's accept rate.
 	for c in "${CM_CONNS[@]}"; do
 		progress "CM setup, $c connections: cmecho_cmtime at_once=1"
 		mark=$(dmesg | wc -l)
@@ -237,6 +242,19 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		log=$(in_ns $NS_B timeout 600 cmtime -s $ADDR_A -p 7310 -c $c 2>&1)
 		printf '# round %s: cmtime -c %s\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
 		record "cm_$c" cmtime "$(cmtime_kv "$log")"
+		progress "CM setup, $c connections: cmtime against rdma-core's cmtime server"
+		# nsenter runs timeout in its place: the TERM below reaches the
+		# server, which serves until it gets one.
+		nsenter --net="/run/netns/$NS_A" timeout 600 stdbuf -oL cmtime -b $ADDR_A -p 7312 -c $c \
+			>>"$OUT/cmtime-server.log" 2>&1 &
+		srv=$!
+		wait_for 600 cm_listening 7312
+		log=$(in_ns $NS_B timeout 600 cmtime -s $ADDR_A -p 7312 -c $c 2>&1)
+		printf '# round %s: cmtime -c %s against cmtime -b\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
+		kill $srv 2>/dev/null
+		wait $srv 2>/dev/null
+		wait_for 600 eval '! cm_listening 7312'
+		record "cm_$c" cmtime_server "$(cmtime_kv "$log")"
 	done
 
 	# 5. Dead-peer detection: a depth-1 echo runs, then the client's egress is cut
