@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * RDMA CM helpers for cmecho's Rust layer (rust/rdma/id.rs, event.rs, netns.rs,
- * conn.rs, listener.rs, workqueue.rs).
+ * conn/, listener.rs, workqueue.rs).
  *
  * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
  * inlines, and the structs the CM hands out (events, ids with their routes) have

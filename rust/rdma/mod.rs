@@ -14,7 +14,7 @@
 //! | [`id`] | ownership of CM ids and their context; the C entry point of their events |
 //! | [`error`] | [`StepError`]: which setup step failed, and why |
 //! | [`context`] | which task runs a callback of this layer (for `EDEADLK`) |
-//! | [`conn`] | [`Conn`]: one connection, its state machine and the lock order |
+//! | [`conn`] | [`Conn`]: one connection; its state machine, a pure function with its table (`conn/state.rs`); the lock order (`conn/mod.rs`) |
 //! | [`listener`] | [`Listener`]: the passive side |
 //! | [`cq`] | work completions, from the CQ to the connection |
 //! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order) and posting |
@@ -45,8 +45,9 @@
 //!   `rdma_resolve_route()` and `rdma_connect()`. Retry counts, depths and ECE go
 //!   with the connect itself.
 //! - [`Listener`] applies them to each new id inside its `CONNECT_REQUEST` event,
-//!   before the QP is created and before `rdma_accept()`, which runs in that same
-//!   event with the handler mutex held, as the CM requires.
+//!   before the QP is created and before `rdma_accept()`, which the accept's
+//!   work item calls holding the id's handler mutex (`rdma_lock_handler`), as
+//!   the CM requires.
 //!
 //! The layer also keeps the CM's other rules: ids are never destroyed from their
 //! own event handler ([`Conn::close`] defers to the module's workqueue), and on
