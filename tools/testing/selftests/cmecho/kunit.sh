@@ -1,13 +1,14 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # cmecho's KUnit suites (value types, CM event decoding, setup errors, port
-# text, rping wire format, native echo, stats) run at module load. The suites
+# text, rping wire format, native echo, stats, the connection state machine,
+# error text) run at module load. The suites
 # checked are those in debugfs whose name starts with cmecho_, so that a new
-# one is checked with no change here; there are at least the 7 of today, so
+# one is checked with no change here; there are at least the 10 of today, so
 # that one that goes away (or a module loaded without its tests) fails.
 . "$(dirname "$0")/lib.sh"
 
-MIN_SUITES=7
+MIN_SUITES=10
 ktap_print_header
 dmesg_mark
 debugfs_on
@@ -34,6 +35,13 @@ for s in "${suites[@]}"; do
 	r=/sys/kernel/debug/kunit/$s/results
 	if [ -f $r ]; then
 		grep -E '^ *(not )?ok ' $r | sed "s/^ */# $s: /"
+		if ! suite_passed "$r" "$s"; then
+			# What the failed cases said: KUnit's expectations, and the
+			# lines a suite prints itself (a table row the code disagrees
+			# with, say), from the results and the kernel log.
+			grep -E '^ *# ' $r | grep -v '# Subtest' | head -40 | sed "s/^ */# $s: /"
+			dmesg_since | grep -E 'cmecho.*(:[0-9]+: |Expected )' | head -40 | sed 's/^/# dmesg: /'
+		fi
 		ktap_check "KUnit suite $s: every case ran and passed" suite_passed "$r" "$s"
 	else
 		ktap_test_fail "KUnit suite $s: every case ran and passed (no results in debugfs)"
