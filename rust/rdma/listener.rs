@@ -105,15 +105,25 @@ pub(crate) trait ListenHandler: Send + Sync + 'static {
 struct ListenInner {
     id: Option<IdPtr>,
     sink: Option<SinkPtr>,
-    /// [`Listener::listen`] is calling `rdma_listen` on the id, without this
-    /// lock: a device removal meanwhile leaves the id to it.
-    starting: bool,
-    /// A device removal came while `starting`: `listen` stops the listener.
-    removed: bool,
+    /// Where [`Listener::listen`] is.
+    start: Start,
     /// The tasks running this listener's CM event handler (as addresses,
     /// compared only with `current`; 0 is a free slot). A wildcard listener's
     /// per-device ids deliver connect requests concurrently, one task each.
     handler_tasks: [usize; LISTEN_HANDLER_SLOTS],
+}
+
+/// Where [`Listener::listen`] is, and so who may take a listener's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// `listen` is calling `rdma_bind_addr` and `rdma_listen` on the id,
+    /// without the lock: a device removal meanwhile leaves the id to it.
+    Starting,
+    /// A device removal came while `Starting`: `listen` stops the listener
+    /// when its calls return.
+    RemovedWhileStarting,
+    /// `listen` returned: a device removal or [`Listener::stop`] takes the id.
+    Started,
 }
 
 /// Connect requests the CM queues for a listener before it rejects more
@@ -137,8 +147,9 @@ const LISTEN_HANDLER_SLOTS: usize = 8;
 ///   taken together, by [`Listener::stop`] or a device removal; the sink is the
 ///   box the id's context points to, freed only once the id is destroyed or
 ///   handed back with it.
-/// - While `inner.starting`, only [`Listener::listen`] uses the id: a device
-///   removal meanwhile leaves it and sets `inner.removed`.
+/// - Until `inner.start` is `Started`, only [`Listener::listen`] uses the id:
+///   a device removal meanwhile leaves it and records itself in
+///   `inner.start`.
 /// - No lock of the listener is held across `rdma_listen` or
 ///   `rdma_destroy_id`.
 #[pin_data(PinnedDrop)]
@@ -167,8 +178,7 @@ impl<L: ListenHandler> Listener<L> {
                     ListenInner {
                         id: None,
                         sink: None,
-                        starting: true,
-                        removed: false,
+                        start: Start::Starting,
                         handler_tasks: [0; LISTEN_HANDLER_SLOTS],
                     },
                     "cmecho_listener_inner"
@@ -200,7 +210,7 @@ impl<L: ListenHandler> Listener<L> {
         let ret = match net.sockaddr(addr, port) {
             Err(e) => e.to_errno(),
             Ok(sa) => {
-                // SAFETY: The id is live: while `starting` is set a device removal
+                // SAFETY: The id is live: while `Starting` a device removal
                 // leaves it to us, and `stop` cannot be called yet (no one else has
                 // the listener but its own event handler, which does not stop it).
                 // The address is valid storage the CM only reads.
@@ -215,8 +225,9 @@ impl<L: ListenHandler> Listener<L> {
         };
         let removed = {
             let mut g = l.inner.lock();
-            g.starting = false;
-            g.removed
+            let was = g.start;
+            g.start = Start::Started;
+            was == Start::RemovedWhileStarting
         };
         if let Err(e) = to_step("rdma_listen", ret) {
             l.stop();
@@ -407,9 +418,9 @@ impl<L: ListenHandler> Listener<L> {
             EventKind::DeviceRemoval => {
                 let (id, sink) = {
                     let mut g = self.inner.lock();
-                    if g.starting {
+                    if g.start != Start::Started {
                         // `listen` is using the id: it stops the listener.
-                        g.removed = true;
+                        g.start = Start::RemovedWhileStarting;
                         return Verdict::Keep;
                     }
                     (g.id.take(), g.sink.take())
