@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Verbs helpers for cmecho's Rust layer (rust/rdma/verbs.rs, cq.rs).
+ * Verbs helpers for cmecho's Rust layer (rust/rdma/verbs/, cq.rs).
  *
  * Only what Rust cannot call: macros (ib_alloc_pd, ib_alloc_cq), static inlines
  * (ib_dealloc_pd, ib_dereg_mr, the ib_dma_* family, ib_post_send/ib_post_recv)
@@ -8,7 +8,7 @@
  * QP, the PD's lkey, a work completion, the attributes ib_query_qp fills in, the
  * work requests Rust has no layout for). The helpers keep nothing between
  * calls; the objects, their bounds checks and their teardown order belong to
- * verbs.rs.
+ * rust/rdma/verbs/.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>

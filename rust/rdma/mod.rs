@@ -17,7 +17,7 @@
 //! | [`conn`] | [`Conn`]: one connection; its state machine, a pure function with its table (`conn/state.rs`); the lock order (`conn/mod.rs`) |
 //! | [`listener`] | [`Listener`]: the passive side |
 //! | [`cq`] | work completions, from the CQ to the connection |
-//! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order) and posting |
+//! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order), the copies into and out of buffers, and posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback, and [`Timer`] for a ULP's deadlines |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
 //! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel functions, enums and structs the layer uses |

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The verbs a connection needs: PD, CQ, RC QP, DMA-mapped buffers, fast-registration
+//! MRs, SEND/RECV and RDMA READ/WRITE, and read-back of the QP's attributes.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A [`ResPtr`] owns them all. Each kernel object has a type here that frees it on
+//! drop ([`Pd`], [`Cq`], [`Mr`], [`DmaBuf`]); the QP lives in the CM id, and
+//! [`ResPtr::destroy`] drains and destroys it before anything else goes, then
+//! drops the rest in the order MRs and buffers, CQ, PD, and last the [`Cqe`]s
+//! the work requests pointed to. Every index, tag and length a caller passes is
+//! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
+//! cannot (macros, static inlines, fields of structs without a Rust layout), and
+//! builds the work requests, the registration's included (its access flags and
+//! rkey bump).
+//! Buffers the peer accesses are exposed only through fast-registration MRs,
+//! never a global rkey.
+//!
+//! A buffer is memory the device writes: into a posted receive or RDMA READ, and
+//! on the peer's behalf at times the peer chooses once the buffer is registered
+//! for remote write. No Rust reference to it is ever made: the bytes are copied
+//! into or out of memory the caller owns, through [`ResPtr::read_buf`],
+//! [`ResPtr::write_buf`], [`ResPtr::produce_buf`], [`ResPtr::scan_buf`] and
+//! [`ResPtr::same_bytes`], each bounds-checked. A copy is a plain bulk copy
+//! while the buffer is *quiet* (no request that writes it is in flight, and it
+//! was never registered for remote write): then nothing but the copy itself
+//! touches its bytes, as [`DmaBuf::quiet`] argues. Otherwise it is a volatile
+//! copy, byte by byte, whose result may be torn but is never undefined.
+
+mod buf;
+mod objects;
+mod post;
+
+use super::cq::{Completion, Cqe};
+use super::ffi;
+use super::id::IdPtr;
+use buf::DmaBuf;
+use core::cell::OnceCell;
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use kernel::alloc::flags::GFP_KERNEL;
+use kernel::error::to_result;
+use kernel::page::PAGE_SIZE;
+use objects::{Cq, Mr, Pd};
+
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// The size of the QP and its work request bookkeeping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpConfig {
+    /// Distinct completion tags the ULP uses (`0..ntags`).
+    pub(crate) ntags: u32,
+    /// Buffer slots (`0..nbufs`).
+    pub(crate) nbufs: u32,
+    /// Send queue depth.
+    pub(crate) max_send_wr: u32,
+    /// Receive queue depth.
+    pub(crate) max_recv_wr: u32,
+}
+
+/// The tag a fast registration ([`ResPtr::reg_buf`]) completes with, only when it
+/// fails; ULP tags are below [`QpConfig::ntags`], never this.
+pub(crate) const TAG_REG: u32 = u32::MAX;
+
+/// What the provider reports for a QP (`ib_query_qp`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QpAttrs {
+    /// QP number.
+    pub(crate) qp_num: u32,
+    /// QP state (`enum ib_qp_state`), see [`QpAttrs::state_name`].
+    pub(crate) state: u8,
+    /// Local ACK timeout exponent.
+    pub(crate) timeout: u8,
+    /// Transport retry count.
+    pub(crate) retry_cnt: u8,
+    /// RNR retry count.
+    pub(crate) rnr_retry: u8,
+    /// Minimum RNR NAK timer code.
+    pub(crate) min_rnr_timer: u8,
+    /// Path MTU in bytes.
+    pub(crate) path_mtu: u32,
+}
+
+impl QpAttrs {
+    /// The state's name (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`; `?`
+    /// for a value the kernel does not define).
+    pub(crate) fn state_name(&self) -> &'static str {
+        match u32::from(self.state) {
+            ffi::IB_QPS_RESET => "RESET",
+            ffi::IB_QPS_INIT => "INIT",
+            ffi::IB_QPS_RTR => "RTR",
+            ffi::IB_QPS_RTS => "RTS",
+            ffi::IB_QPS_SQD => "SQD",
+            ffi::IB_QPS_SQE => "SQE",
+            ffi::IB_QPS_ERR => "ERR",
+            _ => "?",
+        }
+    }
+}
+
+/// What a [`ResPtr`] frees after its QP, in field order: buffers and their MRs,
+/// the CQ, the PD, then the [`Cqe`]s (the last tag's is the registrations') and
+/// the writer [`Cqe`]s (one per tag, for receives and RDMA READs).
+///
+/// # Invariants
+///
+/// The fields are declared in the order they must be freed. The buffers and MRs
+/// are of the device and PD of `pd`. `bufs`, `cqes` and `wcqes` are never
+/// resized once built, so the addresses work requests hold stay valid (and
+/// those of the buffers' `writers` counts); each slot of `bufs` is set at most
+/// once.
+struct Parts {
+    bufs: KVec<OnceCell<DmaBuf>>,
+    #[expect(dead_code, reason = "held for its drop")]
+    cq: Cq,
+    pd: Pd,
+    cqes: KVec<Cqe>,
+    wcqes: KVec<Cqe>,
+}
+
+/// The QP resources of one connection.
+///
+/// Dropping one without [`ResPtr::destroy`] leaks it: its QP must be drained
+/// before anything under it is freed, and only `destroy` can.
+///
+/// # Invariants
+///
+/// `id` is the CM id the resources were created on; `dev` its device. `qp` is the
+/// id's QP, created on `parts.pd` with `parts.cq` for both queues, and live until
+/// `destroy`; `lkey` is the PD's local DMA lkey. `ctx` is a reference on an
+/// `Arc<C>` taken by [`ResPtr::create`], the context of every `Cqe` in
+/// `parts.cqes`, of which there are `ntags + 1`, the last for [`TAG_REG`], and
+/// of every `Cqe` in `parts.wcqes`, one writer `Cqe` per tag;
+/// `parts.bufs` has the `nbufs` slots of the configuration. (That the id is
+/// still live is not an invariant: [`ResPtr::destroy`] requires it.) It is not
+/// `Sync`: one thread at a time posts and copies ([`DmaBuf::quiet`] relies on it;
+/// the raw pointers already make it so, the marker says it).
+pub(crate) struct ResPtr<C: Completion> {
+    id: NonNull<ffi::RdmaCmId>,
+    qp: NonNull<ffi::IbQp>,
+    dev: NonNull<ffi::IbDevice>,
+    lkey: u32,
+    ntags: u32,
+    parts: ManuallyDrop<Parts>,
+    ctx: *const C,
+    _not_sync: PhantomData<core::cell::Cell<()>>,
+}
+
+// SAFETY: The kernel objects may be used and freed from any thread, and the
+// context is an `Arc<C>` with `C: Send + Sync`, which may be dropped on any.
+unsafe impl<C: Completion> Send for ResPtr<C> {}
+
+impl<C: Completion> ResPtr<C> {
+    /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`].
+    ///
+    /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
+    pub(super) fn create(id: &IdPtr, ctx: Arc<C>, cfg: &QpConfig) -> Result<Self> {
+        let ctx = Arc::into_raw(ctx);
+        // SAFETY: `ctx` is a reference on an `Arc<C>`, given to `build`.
+        let r = unsafe { Self::build(id, ctx, cfg) };
+        if r.is_err() {
+            // SAFETY: `ctx` came from `Arc::into_raw` above, and `build` kept no
+            // copy of it when it failed.
+            drop(unsafe { Arc::from_raw(ctx) });
+        }
+        r
+    }
+
+    /// # Safety
+    ///
+    /// `ctx` must be a reference on an `Arc<C>`. On success the result owns it;
+    /// on failure it is not used.
+    unsafe fn build(id: &IdPtr, ctx: *const C, cfg: &QpConfig) -> Result<Self> {
+        let idp = id.as_ptr();
+        let idn = NonNull::new(idp).ok_or(EINVAL)?;
+        // SAFETY: `id` is live by its type invariant.
+        let dev = NonNull::new(unsafe { ffi::cmecho_cm_device(idp) }).ok_or(ENODEV)?;
+        let nr_cqe = cfg
+            .max_send_wr
+            .checked_add(cfg.max_recv_wr)
+            .and_then(|n| n.checked_add(2))
+            .ok_or(EINVAL)?;
+        // One more in each queue for the drain work requests of `ib_drain_qp`
+        // (which `nr_cqe` fits).
+        let (send_wr, recv_wr) = (cfg.max_send_wr + 1, cfg.max_recv_wr + 1);
+        let ncqes = (cfg.ntags as usize).checked_add(1).ok_or(EINVAL)?;
+        let mut cqes = KVec::with_capacity(ncqes, GFP_KERNEL)?;
+        for tag in 0..cfg.ntags {
+            // SAFETY: `ctx` is kept, as the invariant says, until `destroy` has
+            // drained the QP and freed the CQ.
+            cqes.push(unsafe { Cqe::new(ctx, tag, true, false) }, GFP_KERNEL)?;
+        }
+        // SAFETY: As above.
+        cqes.push(unsafe { Cqe::new(ctx, TAG_REG, false, false) }, GFP_KERNEL)?;
+        let mut wcqes = KVec::with_capacity(cfg.ntags as usize, GFP_KERNEL)?;
+        for tag in 0..cfg.ntags {
+            // SAFETY: As above.
+            wcqes.push(unsafe { Cqe::new(ctx, tag, true, true) }, GFP_KERNEL)?;
+        }
+        let mut bufs = KVec::with_capacity(cfg.nbufs as usize, GFP_KERNEL)?;
+        for _ in 0..cfg.nbufs {
+            bufs.push(OnceCell::new(), GFP_KERNEL)?;
+        }
+        // SAFETY: The device of a live id stays until the id's QP resources are
+        // destroyed: on its removal the CM's DEVICE_REMOVAL handler destroys them
+        // before it returns.
+        let pd = unsafe { Pd::alloc(dev)? };
+        // SAFETY: As above.
+        let cq = unsafe { Cq::alloc(dev, nr_cqe)? };
+        // No event handler, SRQ or XRC domain; one SGE per work request.
+        let mut init = ffi::ib_qp_init_attr {
+            qp_type: ffi::IB_QPT_RC,
+            sq_sig_type: ffi::IB_SIGNAL_REQ_WR,
+            send_cq: cq.0.as_ptr(),
+            recv_cq: cq.0.as_ptr(),
+            cap: ffi::ib_qp_cap {
+                max_send_wr: send_wr,
+                max_recv_wr: recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                ..Zeroable::zeroed()
+            },
+            ..Zeroable::zeroed()
+        };
+        // SAFETY: `id` is live and has no QP yet (the connection creates one once);
+        // `pd` and `cq` are live and outlive the QP (`destroy`).
+        to_result(unsafe { ffi::rdma_create_qp(idp, pd.0.as_ptr(), &mut init) })?;
+        // SAFETY: `id` is live; `rdma_create_qp` set its QP.
+        let qp = NonNull::new(unsafe { ffi::cmecho_cm_qp(idp) }).ok_or(EINVAL)?;
+        // SAFETY: `pd` is live.
+        let lkey = unsafe { ffi::cmecho_pd_lkey(pd.0.as_ptr()) };
+        // INVARIANT: As built above; the id is the caller's.
+        Ok(Self {
+            id: idn,
+            qp,
+            dev,
+            lkey,
+            ntags: cfg.ntags,
+            parts: ManuallyDrop::new(Parts {
+                bufs,
+                cq,
+                pd,
+                cqes,
+                wcqes,
+            }),
+            ctx,
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Drains and destroys the QP, frees everything, and drops the context reference.
+    ///
+    /// # Safety
+    ///
+    /// The CM id the resources were created on must still be live, and the caller
+    /// must not be one of these resources' own completion callbacks (the drain
+    /// waits for them).
+    pub(super) unsafe fn destroy(self) {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: The QP is live by the type invariant, its id by the caller's
+        // guarantee. After the drain every posted request has completed, and no
+        // completion callback runs for it any more.
+        unsafe {
+            ffi::ib_drain_qp(me.qp.as_ptr());
+            ffi::rdma_destroy_qp(me.id.as_ptr());
+        }
+        // SAFETY: Dropped once, here; the QP that used the parts is gone, and
+        // `Cq`'s drop waits for the CQ's work before the `Cqe`s go.
+        unsafe { ManuallyDrop::drop(&mut me.parts) };
+        // SAFETY: By the type invariant `ctx` is the reference `create` took on an
+        // `Arc<C>`, and no `Cqe` uses it any more.
+        drop(unsafe { Arc::from_raw(me.ctx) });
+    }
+
+    /// What the provider reports for the QP (`ib_query_qp`).
+    pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
+        let mut a = QpAttrs::default();
+        // SAFETY: The QP is live by the type invariant; the out pointers are valid.
+        to_result(unsafe {
+            ffi::cmecho_qp_query(
+                self.qp.as_ptr(),
+                &mut a.qp_num,
+                &mut a.state,
+                &mut a.timeout,
+                &mut a.retry_cnt,
+                &mut a.rnr_retry,
+                &mut a.min_rnr_timer,
+                &mut a.path_mtu,
+            )
+        })?;
+        Ok(a)
+    }
+
+    /// Allocates and DMA-maps buffer slot `idx` of `len` bytes; `remote` gives it a
+    /// fast-registration MR so the peer may access it once registered.
+    ///
+    /// `EINVAL` for a slot out of range or a zero length, `EBUSY` for a slot
+    /// already allocated; a failure leaves the slot empty.
+    pub(crate) fn alloc_buf(&self, idx: u32, len: u32, remote: bool) -> Result {
+        let slot = self.parts.bufs.get(idx as usize).ok_or(EINVAL)?;
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        if slot.get().is_some() {
+            return Err(EBUSY);
+        }
+        // SAFETY: `dev` is live while the resources are (see `build`).
+        let mut b = unsafe { DmaBuf::new(self.dev, len)? };
+        if remote {
+            let pages = (len as usize).div_ceil(PAGE_SIZE) + 1;
+            b.mr = Some(Mr::alloc(&self.parts.pd, u32::try_from(pages)?)?);
+        }
+        slot.set(b).map_err(|_| EBUSY)
+    }
+
+    /// Buffer `idx`, if it is allocated.
+    fn slot(&self, idx: u32) -> Result<&DmaBuf> {
+        self.parts
+            .bufs
+            .get(idx as usize)
+            .and_then(OnceCell::get)
+            .ok_or(EINVAL)
+    }
+
+    /// The `Cqe` of ULP tag `tag`.
+    fn cqe(&self, tag: u32) -> Result<*mut ffi::ib_cqe> {
+        if tag >= self.ntags {
+            return Err(EINVAL);
+        }
+        Ok(self.parts.cqes[tag as usize].as_ptr())
+    }
+
+    /// The `Cqe` of `tag` and the DMA address of bytes `off..off + len` of
+    /// buffer `idx`; `EINVAL` if either is not there.
+    fn prep(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result<(*mut ffi::ib_cqe, u64)> {
+        let cqe = self.cqe(tag)?;
+        let b = self.slot(idx)?;
+        if !b.holds(off as usize, len as usize) {
+            return Err(EINVAL);
+        }
+        Ok((cqe, b.dma + u64::from(off)))
+    }
+
+    /// Registers buffer `idx` for remote READ (or WRITE) access; returns (rkey, address).
+    /// A buffer once registered for remote write is copied with volatile
+    /// accesses from then on, whatever follows.
+    pub(crate) fn reg_buf(&self, idx: u32, remote_write: bool) -> Result<(u32, u64)> {
+        let b = self.slot(idx)?;
+        let mr = b.mr.as_ref().ok_or(EINVAL)?;
+        if remote_write {
+            // Before the peer can learn the rkey: from here the device may write
+            // the buffer at any time (see `DmaBuf::quiet`).
+            b.remote_write.store(true, Ordering::Relaxed);
+        }
+        let reg = self.parts.cqes[self.ntags as usize].as_ptr();
+        let mut rkey = 0u32;
+        let mut addr = 0u64;
+        // SAFETY: QP, MR and buffer are live by the type invariants; the MR was
+        // allocated for this buffer's pages; `reg` lives until the QP is drained.
+        to_result(unsafe {
+            ffi::cmecho_post_reg(
+                self.qp.as_ptr(),
+                mr.0.as_ptr(),
+                b.dma,
+                b.len,
+                remote_write,
+                reg,
+                &mut rkey,
+                &mut addr,
+            )
+        })?;
+        Ok((rkey, addr))
+    }
+}
