@@ -5,8 +5,8 @@
  *
  * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
  * inlines, and the structs the CM hands out (events, ids with their routes) have
- * no Rust layout. The helpers here make those calls (every id an RC id in the
- * TCP port space, the one kind the layer has) and read or set single fields;
+ * no Rust layout. The helpers here make those calls (with the port space and QP
+ * type Rust chooses) and read or set single fields;
  * none keeps anything between calls. The order of the CM calls, the meaning of event
  * codes, the addresses and the connection parameters are Rust's (rust/rdma/),
  * from the kernel's own declarations.
@@ -45,9 +45,9 @@ static int cmecho_cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *event)
 	return cmecho_rs_cm_event(id->context, id, event);
 }
 
-struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx)
+struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx, u32 ps, u32 qp_type)
 {
-	return rdma_create_id(net, cmecho_cm_handler, ctx, RDMA_PS_TCP, IB_QPT_RC);
+	return rdma_create_id(net, cmecho_cm_handler, ctx, ps, qp_type);
 }
 
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)

@@ -55,7 +55,8 @@ bool cmecho_log_ratelimit(void);
 struct net *cmecho_net_get_current(void);
 void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);
-struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx);
+/* @ps: enum rdma_ucm_port_space; @qp_type: enum ib_qp_type. */
+struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx, u32 ps, u32 qp_type);
 void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
 void *cmecho_cm_context(const struct rdma_cm_id *id);
 int cmecho_ev_type(const struct rdma_cm_event *event);
@@ -75,7 +76,8 @@ struct ib_qp *cmecho_cm_qp(struct rdma_cm_id *id);
 struct ib_pd *cmecho_pd_alloc(struct ib_device *dev);
 void cmecho_pd_free(struct ib_pd *pd);
 u32 cmecho_pd_lkey(const struct ib_pd *pd);
-struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe);
+/* @poll_ctx: enum ib_poll_context. */
+struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe, u32 poll_ctx);
 struct ib_cqe *cmecho_wc_cqe(const struct ib_wc *wc);
 int cmecho_wc_status(const struct ib_wc *wc);
 u32 cmecho_wc_byte_len(const struct ib_wc *wc);
@@ -85,11 +87,12 @@ int cmecho_dma_map(struct ib_device *dev, void *cpu, u32 len, u64 *dma);
 void cmecho_dma_unmap(struct ib_device *dev, u64 dma, u32 len);
 void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);
 int cmecho_mr_free(struct ib_mr *mr);
-int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, bool remote_write,
+/* @access: enum ib_access_flags. */
+int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, u32 access,
 		    struct ib_cqe *cqe, u32 *rkey, u64 *addr);
 int cmecho_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey);
-int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey);
-int cmecho_post_rdma(struct ib_qp *qp, struct ib_cqe *cqe, bool write, u64 addr, u32 len,
-		     u32 lkey, u64 raddr, u32 rkey);
+/* @opcode: enum ib_wr_opcode; @send_flags: enum ib_send_flags. */
+int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u32 opcode, int send_flags, u64 addr,
+		     u32 len, u32 lkey, u64 raddr, u32 rkey);
 
 #endif /* CMECHO_HELPERS_H */

@@ -43,10 +43,10 @@ u32 cmecho_pd_lkey(const struct ib_pd *pd)
 	return pd->local_dma_lkey;
 }
 
-/* A CQ whose completions run on a workqueue, each through its ib_cqe. */
-struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe)
+/* A CQ whose completions run in @poll_ctx, each through its ib_cqe. */
+struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe, u32 poll_ctx)
 {
-	return ib_alloc_cq(dev, NULL, nr_cqe, 0, IB_POLL_WORKQUEUE);
+	return ib_alloc_cq(dev, NULL, nr_cqe, 0, poll_ctx);
 }
 
 struct ib_cqe *cmecho_wc_cqe(const struct ib_wc *wc)
@@ -117,12 +117,13 @@ int cmecho_mr_free(struct ib_mr *mr)
 }
 
 /*
- * Maps @mr to the @len DMA-mapped bytes at @dma, gives it a new rkey and posts
- * the IB_WR_REG_MR that grants remote read (or write, when @remote_write) with
- * that rkey, unsignaled: @cqe sees its completion only when it fails. Returns the
- * rkey and address to advertise.
+ * Maps @mr to the @len DMA-mapped bytes at @dma, gives it the next rkey (the
+ * static inlines ib_inc_rkey and ib_update_fast_reg_key) and posts the
+ * IB_WR_REG_MR that grants @access (enum ib_access_flags) with that rkey,
+ * unsignaled: @cqe sees its completion only when it fails. Returns the rkey and
+ * address to advertise.
  */
-int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, bool remote_write,
+int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, u32 access,
 		    struct ib_cqe *cqe, u32 *rkey, u64 *addr)
 {
 	struct ib_reg_wr wr = {};
@@ -140,8 +141,7 @@ int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, bool r
 	wr.wr.wr_cqe = cqe;
 	wr.mr = mr;
 	wr.key = mr->rkey;
-	wr.access = IB_ACCESS_LOCAL_WRITE |
-		    (remote_write ? IB_ACCESS_REMOTE_WRITE : IB_ACCESS_REMOTE_READ);
+	wr.access = access;
 	n = ib_post_send(qp, &wr.wr, NULL);
 	if (n)
 		return n;
@@ -159,28 +159,20 @@ int cmecho_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u3
 	return ib_post_recv(qp, &wr, NULL);
 }
 
-/* Posts a signaled SEND of @len bytes at DMA address @addr. */
-int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey)
-{
-	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ib_send_wr wr = {
-		.wr_cqe = cqe, .sg_list = &sge, .num_sge = 1,
-		.opcode = IB_WR_SEND, .send_flags = IB_SEND_SIGNALED,
-	};
-
-	return ib_post_send(qp, &wr, NULL);
-}
-
-/* Posts a signaled RDMA READ (or WRITE) between @addr and the peer's @raddr/@rkey. */
-int cmecho_post_rdma(struct ib_qp *qp, struct ib_cqe *cqe, bool write, u64 addr, u32 len,
-		     u32 lkey, u64 raddr, u32 rkey)
+/*
+ * Posts a send-queue work request of @opcode (enum ib_wr_opcode) with
+ * @send_flags (enum ib_send_flags) on @len bytes at DMA address @addr; for an
+ * RDMA READ or WRITE, between them and the peer's @raddr/@rkey (ignored
+ * otherwise).
+ */
+int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u32 opcode, int send_flags, u64 addr,
+		     u32 len, u32 lkey, u64 raddr, u32 rkey)
 {
 	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
 	struct ib_rdma_wr wr = {
 		.wr = {
 			.wr_cqe = cqe, .sg_list = &sge, .num_sge = 1,
-			.opcode = write ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ,
-			.send_flags = IB_SEND_SIGNALED,
+			.opcode = opcode, .send_flags = send_flags,
 		},
 		.remote_addr = raddr,
 		.rkey = rkey,

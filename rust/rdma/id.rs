@@ -42,6 +42,8 @@ pub(crate) fn probe_cm(ack_timeout: AckTimeout) -> Result {
         ffi::cmecho_cm_create_id(
             (&raw mut bindings::init_net).cast::<ffi::Net>(),
             ptr::null_mut(),
+            PORT_SPACE,
+            ffi::IB_QPT_RC,
         )
     })?;
     // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
@@ -149,6 +151,10 @@ impl SinkPtr {
 /// `self.0` is a live CM id owned by this value, destroyed at most once.
 pub(super) struct IdPtr(NonNull<ffi::RdmaCmId>);
 
+/// The port space of every id: TCP's, the one whose connections are RC with
+/// private data in the CM's REQ and REP, as rping's and rdma-core's are.
+const PORT_SPACE: ffi::rdma_ucm_port_space = ffi::RDMA_PS_TCP;
+
 // SAFETY: A CM id may be used and destroyed from any thread.
 unsafe impl Send for IdPtr {}
 
@@ -157,7 +163,9 @@ impl IdPtr {
     pub(super) fn create(net: &NetNs, sink: &SinkPtr) -> Result<Self> {
         // SAFETY: `net` holds a reference on the namespace; the sink stays valid until
         // the id is destroyed (its owner frees it only after that).
-        let id = from_err_ptr(unsafe { ffi::cmecho_cm_create_id(net.as_ptr(), sink.as_ctx()) })?;
+        let id = from_err_ptr(unsafe {
+            ffi::cmecho_cm_create_id(net.as_ptr(), sink.as_ctx(), PORT_SPACE, ffi::IB_QPT_RC)
+        })?;
         // INVARIANT: `rdma_create_id()` succeeded: the id is live and ours.
         Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
     }

@@ -12,8 +12,8 @@
 //! the work requests pointed to. Every index, tag and length a caller passes is
 //! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
 //! cannot (macros, static inlines, fields of structs without a Rust layout), and
-//! builds the work requests, the registration's included (its access flags and
-//! rkey bump).
+//! fills in the work requests: their opcode, flags and access rights, the CQ's
+//! poll context and the id's port space and QP type are chosen here, in Rust.
 //! Buffers the peer accesses are exposed only through fast-registration MRs,
 //! never a global rkey.
 //!
@@ -357,6 +357,15 @@ impl<C: Completion> ResPtr<C> {
             b.remote_write.store(true, Ordering::Relaxed);
         }
         let reg = self.parts.cqes[self.ntags as usize].as_ptr();
+        // The device writes the buffer (a receive, an RDMA READ); the peer
+        // gets one remote right, the one the ULP asked for: read (an rping
+        // source) or write (an rping sink), never both.
+        let access = ffi::IB_ACCESS_LOCAL_WRITE
+            | if remote_write {
+                ffi::IB_ACCESS_REMOTE_WRITE
+            } else {
+                ffi::IB_ACCESS_REMOTE_READ
+            };
         let mut rkey = 0u32;
         let mut addr = 0u64;
         // SAFETY: QP, MR and buffer are live by the type invariants; the MR was
@@ -367,7 +376,7 @@ impl<C: Completion> ResPtr<C> {
                 mr.0.as_ptr(),
                 b.dma,
                 b.len,
-                remote_write,
+                access,
                 reg,
                 &mut rkey,
                 &mut addr,

@@ -8,6 +8,10 @@ use core::ptr::NonNull;
 use kernel::error::from_err_ptr;
 use kernel::prelude::*;
 
+/// Where a CQ's completions run: in a workqueue's process context, since the
+/// handlers they reach take mutexes and may allocate.
+const POLL_CTX: ffi::ib_poll_context = ffi::IB_POLL_WORKQUEUE;
+
 /// A protection domain.
 ///
 /// # Invariants
@@ -52,7 +56,7 @@ impl Cq {
             return Err(EINVAL);
         }
         // SAFETY: `dev` is live by the caller's guarantee.
-        let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe) })?;
+        let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe, POLL_CTX) })?;
         // INVARIANT: A CQ was allocated.
         Ok(Self(NonNull::new(p).ok_or(ENOMEM)?))
     }

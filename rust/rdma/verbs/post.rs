@@ -5,6 +5,10 @@
 
 use super::*;
 
+/// Every work request of the send queue but a registration is signaled: its
+/// completion is what tells the connection the buffer is free again.
+const SIGNALED: ffi::ib_send_flags = ffi::IB_SEND_SIGNALED;
+
 impl<C: Completion> ResPtr<C> {
     /// Posts a receive of `len` bytes into buffer `idx` at `off`, completing with `tag`.
     ///
@@ -55,7 +59,19 @@ impl<C: Completion> ResPtr<C> {
     pub(crate) fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
         let (cqe, addr) = self.prep(tag, idx, off, len)?;
         // SAFETY: As in `post_recv`.
-        to_result(unsafe { ffi::cmecho_post_send(self.qp.as_ptr(), cqe, addr, len, self.lkey) })
+        to_result(unsafe {
+            ffi::cmecho_post_send(
+                self.qp.as_ptr(),
+                cqe,
+                ffi::IB_WR_SEND,
+                SIGNALED,
+                addr,
+                len,
+                self.lkey,
+                0,
+                0,
+            )
+        })
     }
 
     /// Posts a signaled RDMA READ (or WRITE) between buffer `idx` at `off` and the
@@ -81,10 +97,11 @@ impl<C: Completion> ResPtr<C> {
                 // SAFETY: As in `post_recv`. A bad remote address or rkey fails the
                 // work request with a remote access error, not the local side.
                 unsafe {
-                    ffi::cmecho_post_rdma(
+                    ffi::cmecho_post_send(
                         self.qp.as_ptr(),
                         cqe,
-                        false,
+                        ffi::IB_WR_RDMA_READ,
+                        SIGNALED,
                         addr,
                         len,
                         self.lkey,
@@ -101,10 +118,11 @@ impl<C: Completion> ResPtr<C> {
         // SAFETY: As in `post_recv`. A bad remote address or rkey fails the work
         // request with a remote access error, not the local side.
         to_result(unsafe {
-            ffi::cmecho_post_rdma(
+            ffi::cmecho_post_send(
                 self.qp.as_ptr(),
                 cqe,
-                write,
+                ffi::IB_WR_RDMA_WRITE,
+                SIGNALED,
                 addr,
                 len,
                 self.lkey,
