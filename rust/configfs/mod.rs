@@ -409,14 +409,10 @@ endpoint_attr!(24, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::connecti
 
 endpoint_attr!(25,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| {
-        writeln!(w, "{}", if ep.config(|c| c.mode) == Mode::Echo { "echo" } else { "rping" })
+        writeln!(w, "{}", ep.config(|c| c.mode).ops().name)
     },
     store: |ep: &Endpoint, page: &[u8]| ep.configure("mode", |c| {
-        c.mode = match text(page)? {
-            "rping" => Mode::Rping,
-            "echo" => Mode::Echo,
-            _ => return Err("must be rping or echo"),
-        };
+        c.mode = Mode::by_name(text(page)?).ok_or("must be rping or echo")?;
         Ok(())
     }),
 );

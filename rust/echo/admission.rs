@@ -11,8 +11,7 @@
 //! `clients` itself is bounded by [`super::config::MAX_CLIENTS`] when configfs
 //! stores it.
 
-use super::config::{Config, Mode, Role};
-use super::rping;
+use super::config::{Config, Role};
 use crate::rdma::params::Ece;
 use crate::rdma::RejectReason;
 use kernel::fmt;
@@ -22,17 +21,7 @@ use kernel::prelude::*;
 impl Config {
     /// The buffer memory one connection of this endpoint holds, in bytes.
     fn conn_buf_bytes(&self) -> u64 {
-        let (size, depth) = (u64::from(self.size), u64::from(self.depth));
-        let msg = u64::from(rping::MSG_LEN);
-        match (self.mode, self.role) {
-            // Echo: `depth` send and `depth` receive buffers (client), or
-            // `2 × depth` receive buffers echoed in place (server).
-            (Mode::Echo, _) => 2 * depth * size,
-            // rping: the source and sink buffers and three messages (client);
-            // one buffer of the largest size and two messages (server).
-            (Mode::Rping, Role::Client) => 2 * size + 3 * msg,
-            (Mode::Rping, Role::Server) => u64::from(rping::MAX_SIZE) + 2 * msg,
-        }
+        (self.mode.ops().conn_buf_bytes)(self)
     }
 
     /// The budget in bytes.

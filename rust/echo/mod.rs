@@ -15,29 +15,28 @@
 //! | [`config`] | the configuration configfs stores, and its limits |
 //! | [`stats`] | the stats, the RTT histogram and samples, what a QP got, per-connection counters |
 //! | [`admission`] | whether an endpoint's connections are admitted: memory budget, `max_conns`, ECE policy |
-//! | [`endpoint`] | the endpoint's lifecycle, its locks and the service's lock order |
-//! | [`rping`] | the rping wire format |
-//! | [`client`], [`server`] | the two sides of the rping protocol |
-//! | [`native`] | the native SEND/RECV echo, both sides |
+//! | [`endpoint`] | the endpoint's lifecycle, its locks and the service's lock order; what it keeps of, does for and reports about its connections |
+//! | [`mode`] | the modes as a table: what the service needs of each, the listener they share |
+//! | [`rping`] | the rping mode: its wire format; `client.rs`, `server.rs` its two sides |
+//! | [`native`] | the native SEND/RECV echo mode: its message pattern; `client.rs`, `server.rs` its two sides |
 //! | [`hello`] | the native echo's size and depth, agreed at connect time |
 //!
 //! The text of the attributes configfs shows is in `crate::configfs`.
 
 mod admission;
-mod client;
 mod config;
 mod endpoint;
 mod error_text;
 mod hello;
+mod mode;
 pub(crate) mod native;
 pub(crate) mod rping;
-mod server;
 mod stats;
 
 pub(crate) use config::{Addr, Config, Mode, Role, MAX_CLIENTS, MAX_COUNT};
 pub(crate) use endpoint::{ConnView, Endpoint, Shared, State};
 pub(crate) use stats::{percentile, StatsReading};
 
-// What the protocols' modules (client, server, native) use as `super::`.
+// What the modes' modules (`rping`, `native`) use as `crate::echo::`.
 use endpoint::{spawn_connect, EchoConn, ErrName};
 use stats::ConnCounters;

@@ -10,8 +10,33 @@
 //!
 //! Every message is untrusted input: [`Msg::parse`] rejects any other length, and
 //! [`Msg::checked_size`] a size that is zero or larger than the local buffer.
+//!
+//! The mode's two sides: [`client`] and [`server`].
 
+pub(super) mod client;
+pub(super) mod server;
+
+use super::config::{Config, Role};
+use super::mode::{self, ModeOps};
 use kernel::prelude::*;
+
+/// The rping mode, as the service sees it.
+pub(super) const OPS: ModeOps = ModeOps {
+    name: "rping",
+    conn_buf_bytes,
+    listen: mode::listen::<server::Server>,
+    start: client::start,
+};
+
+/// The source and sink buffers and three messages (client); one buffer of the
+/// largest size and two messages (server).
+fn conn_buf_bytes(cfg: &Config) -> u64 {
+    let msg = u64::from(MSG_LEN);
+    match cfg.role {
+        Role::Client => 2 * u64::from(cfg.size) + 3 * msg,
+        Role::Server => u64::from(MAX_SIZE) + 2 * msg,
+    }
+}
 
 /// The length of every rping message.
 pub(crate) const MSG_LEN: u32 = 16;

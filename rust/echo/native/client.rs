@@ -1,247 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Native echo mode: SEND/RECV echo with up to `depth` messages in flight.
-//!
-//! The client SENDs messages of `size` bytes whose content is a function of their
-//! sequence number ([`fill_at`]); the server SENDs each message back from the buffer
-//! it arrived in. RC delivers in order, so the client checks every echo against
-//! the oldest sequence number it has in flight ([`verify_at`]): a wrong length, a
-//! wrong sequence number or changed content is a verify error, counted and
-//! reported in `last_error`, never ignored. Everything runs in completion
-//! handlers: no thread per connection.
-//!
-//! The server's `depth` and `size` are the most it accepts: it keeps `2 × depth`
-//! receives of `size` bytes posted per connection (half may be busy echoing).
-//! The client states its own in its connect request, and a server that accepts
-//! less rejects it with its limits, which the client shows ([`super::hello`]).
+//! The native echo client side: up to `depth` messages of `size` bytes in
+//! flight, each echo checked against the oldest sequence number in flight
+//! ([`verify_at`]), everything in completion handlers.
 
-use super::hello::{Hello, Refused};
-use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
-use crate::rdma::params::{Ece, PrivateData};
+use super::{fill_at, verify_at, MAX_DEPTH};
+use crate::echo::hello::{Hello, Refused};
+use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
+use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
-use crate::rdma::{
-    Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, Reject, RejectReason, StepError,
-};
+use crate::rdma::{Conn, ConnHandler, EndReason};
 use kernel::error::code::ENOTCONN;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 use kernel::time::{Delta, Instant, Monotonic};
-
-/// The most messages in flight per connection.
-pub(crate) const MAX_DEPTH: u32 = 256;
-
-/// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`:
-/// the message is its sequence number (little-endian, as much of it as fits)
-/// followed by 8-byte words derived from it and their index ([`pattern`]), so a
-/// chunk costs a multiplication per word, not per byte. A message shorter than
-/// 8 bytes folds the rest of the sequence number into its last byte.
-pub(crate) fn fill_at(out: &mut [u8], at: usize, total: usize, seq: u64) {
-    let mut i = at;
-    let mut rest = &mut *out;
-    while !rest.is_empty() {
-        let (w, o) = (i / 8, i % 8);
-        let word = if w == 0 {
-            seq.to_le_bytes()
-        } else {
-            pattern(seq, w).to_le_bytes()
-        };
-        let n = (8 - o).min(rest.len());
-        let (head, tail) = rest.split_at_mut(n);
-        head.copy_from_slice(&word[o..o + n]);
-        i += n;
-        rest = tail;
-    }
-    // A message shorter than the sequence number still depends on all of it:
-    // its last byte also carries the bytes that did not fit.
-    if total < 8 && total > at && total <= at + out.len() {
-        let folded = seq.to_le_bytes()[total..].iter().fold(0u8, |a, b| a ^ b);
-        out[total - 1 - at] ^= folded.rotate_left(1) ^ 0x5a;
-    }
-}
-
-/// Whether `part` is bytes `at..at + part.len()` of message `seq` of `total` bytes.
-pub(crate) fn verify_at(part: &[u8], at: usize, total: usize, seq: u64) -> bool {
-    let mut expect = [0u8; 64];
-    part.chunks(expect.len()).enumerate().all(|(c, chunk)| {
-        let e = &mut expect[..chunk.len()];
-        fill_at(e, at + c * 64, total, seq);
-        chunk == &*e
-    })
-}
-
-/// Word `w` (`w >= 1`) of message `seq`: both multiplications are bijections,
-/// so two messages differ in every word, and two words of one message differ.
-fn pattern(seq: u64, w: usize) -> u64 {
-    seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64).wrapping_mul(0xff51_afd7_ed55_8ccd)
-}
-
-/// The listener side of an echo-mode server.
-pub(super) struct Listen {
-    shared: Arc<Shared>,
-    slots: u32,
-    size: u32,
-    /// The most a client may ask for.
-    limits: Hello,
-}
-
-impl Listen {
-    pub(super) fn new(shared: Arc<Shared>, cfg: &Config) -> Self {
-        Self {
-            shared,
-            slots: 2 * cfg.depth,
-            size: cfg.size,
-            limits: Hello {
-                size: cfg.size,
-                depth: cfg.depth,
-            },
-        }
-    }
-}
-
-impl ListenHandler for Listen {
-    type Conn = ServerConn;
-
-    fn qp_config(&self) -> QpConfig {
-        QpConfig {
-            ntags: 2 * self.slots,
-            nbufs: self.slots,
-            max_send_wr: self.slots,
-            max_recv_wr: self.slots,
-        }
-    }
-
-    fn connect_request(
-        &self,
-        req: &ConnectRequest,
-    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), Reject> {
-        // What the client asks for, before anything is admitted or allocated.
-        if let Err(r) = Hello::check(req.private_data.as_bytes(), self.limits) {
-            self.shared.refused(fmt!("{}", r));
-            return Err(Reject {
-                reason: RejectReason::Consumer,
-                private_data: PrivateData::new(&r.encode()).unwrap_or_default(),
-            });
-        }
-        let answer = self.shared.admit(req)?;
-        Ok((
-            try_pin_init!(ServerConn {
-                shared: self.shared.clone(),
-                slots: self.slots,
-                size: self.size,
-                st <- new_mutex!(ConnCounters::default(), "cmecho_native_srv_st"),
-            }),
-            answer,
-        ))
-    }
-
-    fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
-        self.shared.accepted(conn);
-    }
-
-    fn accept_failed(&self, err: StepError) {
-        self.shared.accept_failed(&err);
-    }
-
-    fn removed(&self) {
-        self.shared.listener_removed();
-    }
-}
-
-/// One connection of an echo-mode server: receive slot `k` (tag `k`) is echoed
-/// with send tag `slots + k` and reposted when that send completes.
-#[pin_data]
-pub(super) struct ServerConn {
-    shared: Arc<Shared>,
-    slots: u32,
-    size: u32,
-    #[pin]
-    st: Mutex<ConnCounters>,
-}
-
-impl ServerConn {
-    fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
-        if !conn.is_open() {
-            // Torn down meanwhile: the failure is the teardown's, not an error.
-            return;
-        }
-        self.st.lock().errors += 1;
-        self.shared.error(fmt!("server: echo connection: {}", what));
-        conn.close();
-    }
-}
-
-impl EchoConn for ServerConn {
-    fn setup_failed(&self) {}
-
-    fn counters(&self) -> ConnCounters {
-        *self.st.lock()
-    }
-}
-
-impl ConnHandler for ServerConn {
-    fn accept_failed(&self, _conn: &Conn<Self>, err: StepError) {
-        self.shared.accept_failed(&err);
-    }
-
-    fn setup(&self, conn: &Conn<Self>) -> Result {
-        conn.with_res(|res| {
-            for k in 0..self.slots {
-                res.alloc_buf(k, self.size, false)?;
-                res.post_recv(k, k, 0, self.size)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn established(&self, conn: &Conn<Self>) {
-        self.shared.read_back(conn);
-    }
-
-    fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
-        match status {
-            Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
-            Err(e) => {
-                self.shared.stats(|s| s.wc_error(e.0));
-                self.fail(conn, fmt!("work completion failed: {}", e));
-            }
-            Ok(len) if tag < self.slots => {
-                // Echo the message from the buffer it arrived in.
-                if conn
-                    .with_res(|res| res.post_send(self.slots + tag, tag, 0, len))
-                    .is_err()
-                {
-                    self.fail(conn, fmt!("cannot post the echo"));
-                    return;
-                }
-                {
-                    let mut c = self.st.lock();
-                    c.messages += 1;
-                    c.bytes += u64::from(len);
-                }
-                self.shared.stats(|s| s.bytes += u64::from(len));
-            }
-            Ok(_) => {
-                let k = tag - self.slots;
-                if conn
-                    .with_res(|res| res.post_recv(k, k, 0, self.size))
-                    .is_err()
-                {
-                    self.fail(conn, fmt!("cannot repost a receive"));
-                    return;
-                }
-                self.shared.stats(|s| s.pings += 1);
-            }
-        }
-    }
-
-    fn ended(&self, conn: &Conn<Self>, reason: EndReason) {
-        if reason == EndReason::DeviceRemoval {
-            self.shared.conn_lost_device();
-        }
-        conn.close();
-    }
-}
 
 /// Progress of an echo-mode client connection.
 struct ClientState {
@@ -305,7 +78,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
         max_send_wr: depth,
         max_recv_wr: depth,
     };
-    super::spawn_connect(shared, cfg, addr, index, handler, qp)
+    spawn_connect(shared, cfg, addr, index, handler, qp)
 }
 
 impl ClientState {
@@ -610,72 +383,5 @@ impl ConnHandler for ClientConn {
         let n = self.st.lock().counters.messages;
         self.abort(conn, fmt!("{} after {} messages", why, n));
         conn.close();
-    }
-}
-
-#[kunit_tests(cmecho_native)]
-mod tests {
-    use super::*;
-
-    /// Writes the whole of message `seq` into `buf`.
-    fn fill(buf: &mut [u8], seq: u64) {
-        fill_at(buf, 0, buf.len(), seq);
-    }
-
-    /// Whether `buf` is exactly message `seq`.
-    fn verify(buf: &[u8], seq: u64) -> bool {
-        verify_at(buf, 0, buf.len(), seq)
-    }
-
-    #[test]
-    fn fill_verify_roundtrip() {
-        for size in [1usize, 7, 8, 9, 64, 65, 200] {
-            let mut b = [0u8; 200];
-            fill(&mut b[..size], 12345);
-            assert!(verify(&b[..size], 12345));
-            assert!(!verify(&b[..size], 12346));
-        }
-    }
-
-    #[test]
-    fn chunks_match_whole() {
-        for total in [1usize, 7, 8, 9, 300, 1000] {
-            let mut whole = [0u8; 1000];
-            fill(&mut whole[..total], 99);
-            let mut parts = [0u8; 1000];
-            let mut at = 0;
-            while at < total {
-                let n = 37.min(total - at);
-                fill_at(&mut parts[at..at + n], at, total, 99);
-                assert!(verify_at(&whole[at..at + n], at, total, 99));
-                at += n;
-            }
-            assert!(whole[..total] == parts[..total]);
-        }
-    }
-
-    #[test]
-    fn verify_catches_changes() {
-        let mut b = [0u8; 100];
-        fill(&mut b, 7);
-        b[80] ^= 1;
-        assert!(!verify(&b, 7));
-        let mut one = [0u8; 1];
-        fill(&mut one, 3);
-        let mut other = [0u8; 1];
-        fill(&mut other, 4);
-        assert!(one != other);
-        // Short messages depend on the bytes of the sequence number that do not fit.
-        let (mut a, mut b) = ([0u8; 3], [0u8; 3]);
-        fill(&mut a, 0x0100_0000);
-        fill(&mut b, 0x0200_0000);
-        assert!(a != b);
-        // A message and the same words moved by one are different messages.
-        let mut w = [0u8; 64];
-        fill(&mut w, 5);
-        let mut shifted = [0u8; 64];
-        shifted[8..].copy_from_slice(&w[..56]);
-        shifted[..8].copy_from_slice(&w[..8]);
-        assert!(!verify(&shifted, 5));
     }
 }

@@ -7,12 +7,12 @@
 //! bytes, a zero or oversized size, or a remote access error on a bad rkey tears
 //! that one connection down and counts an error; the server goes on serving.
 
-use super::rping::{Msg, MAX_SIZE, MSG_LEN};
-use super::{ConnCounters, EchoConn, Shared};
-use crate::rdma::params::Ece;
+use super::{Msg, MAX_SIZE, MSG_LEN};
+use crate::echo::mode::ServerMode;
+use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
-use crate::rdma::{Conn, ConnHandler, ConnectRequest, EndReason, ListenHandler, Reject, StepError};
+use crate::rdma::{Conn, ConnHandler, EndReason, StepError};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
@@ -34,53 +34,29 @@ const QP: QpConfig = QpConfig {
     max_recv_wr: 4,
 };
 
-/// The listener side of a server endpoint.
-pub(super) struct Listen {
-    shared: Arc<Shared>,
-}
+/// The rping server side of an endpoint.
+pub(super) struct Server;
 
-impl Listen {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
-    }
-}
-
-impl ListenHandler for Listen {
+impl ServerMode for Server {
     type Conn = ServerConn;
+
+    fn new(_cfg: &Config) -> Self {
+        Self
+    }
 
     fn qp_config(&self) -> QpConfig {
         QP
     }
 
-    fn connect_request(
-        &self,
-        req: &ConnectRequest,
-    ) -> Result<(impl PinInit<ServerConn, Error>, Option<Ece>), Reject> {
-        let answer = self.shared.admit(req)?;
-        let shared = self.shared.clone();
-        Ok((
-            try_pin_init!(ServerConn {
-                shared,
-                progress <- new_mutex!(Progress {
-                    phase: Phase::WaitSource,
-                    read_len: 0,
-                    counters: ConnCounters::default(),
-                }, "cmecho_rping_srv_progress"),
-            }),
-            answer,
-        ))
-    }
-
-    fn accepted(&self, conn: Arc<Conn<ServerConn>>) {
-        self.shared.accepted(conn);
-    }
-
-    fn accept_failed(&self, err: StepError) {
-        self.shared.accept_failed(&err);
-    }
-
-    fn removed(&self) {
-        self.shared.listener_removed();
+    fn conn(&self, shared: &Arc<Shared>) -> impl PinInit<ServerConn, Error> {
+        try_pin_init!(ServerConn {
+            shared: shared.clone(),
+            progress <- new_mutex!(Progress {
+                phase: Phase::WaitSource,
+                read_len: 0,
+                counters: ConnCounters::default(),
+            }, "cmecho_rping_srv_progress"),
+        })
     }
 }
 

@@ -8,8 +8,8 @@
 //! go-ahead (it has RDMA-WRITten the sink), compare sink and source. Everything
 //! after the connect runs in completion handlers: no thread waits per connection.
 
-use super::rping::{self, Msg, MSG_LEN};
-use super::{Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
+use super::{Msg, MSG_LEN};
+use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
 use crate::rdma::{Conn, ConnHandler, EndReason};
@@ -86,7 +86,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             sink: Msg { addr: 0, rkey: 0, size: 0 },
         }, "cmecho_rping_cli_progress"),
     });
-    super::spawn_connect(shared, cfg, addr, index, handler, QP)
+    spawn_connect(shared, cfg, addr, index, handler, QP)
 }
 
 impl ClientConn {
@@ -128,7 +128,7 @@ impl ClientConn {
         conn.with_res(|res| {
             let total = self.size as usize;
             res.produce_buf(B_SRC, self.size, |at, c| {
-                rping::fill_payload_at(c, at, total, n)
+                super::fill_payload_at(c, at, total, n)
             })?;
             res.produce_buf(B_SINK, self.size, |_, c| c.fill(0))?;
             let mut m = [0u8; MSG_LEN as usize];

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What an endpoint reports: `last_error`, the stats, what a QP got, and the
+//! names of errnos.
+
+use super::*;
+
+impl Shared {
+    /// The endpoint's name, for messages.
+    pub(super) fn name(&self) -> &str {
+        self.name.to_str().unwrap_or("?")
+    }
+
+    /// Records an error: counts it, makes it `last_error`, logs it unless the
+    /// rate limit refuses (most errors are a peer's doing, and a peer may
+    /// repeat them in a loop), in which case it counts it as suppressed.
+    pub(in crate::echo) fn error(&self, msg: fmt::Arguments<'_>) {
+        let mut g = self.inner.lock();
+        g.stats.errors += 1;
+        set_error(&mut g, msg);
+        if crate::rdma::log_ratelimit() {
+            pr_warn!("{}: {}\n", self.name(), msg);
+        } else {
+            g.stats.logs_suppressed += 1;
+        }
+    }
+
+    /// Records a failed connection setup; `why` is what the peer's reject
+    /// said, where the handler could read it.
+    pub(in crate::echo) fn step_error(
+        &self,
+        who: fmt::Arguments<'_>,
+        e: &StepError,
+        why: Option<&dyn fmt::Display>,
+    ) {
+        self.stats(|s| {
+            s.connect_failed += 1;
+            if e.err == ECONNREFUSED {
+                s.rejected += 1;
+            }
+        });
+        match e.status {
+            Some(st) if e.err == ECONNREFUSED => self.error(fmt!(
+                "{}: {}: rejected by the peer: {} (reason {}){}{}",
+                who,
+                e.step,
+                e.reject_msg.and_then(|m| m.to_str().ok()).unwrap_or("?"),
+                st,
+                if why.is_some() { ": " } else { "" },
+                why.unwrap_or(&""),
+            )),
+            Some(st) if e.attempts > 1 => self.error(fmt!(
+                "{}: {} (status {}) after {} attempts",
+                who,
+                e.step,
+                st,
+                e.attempts
+            )),
+            Some(st) => self.error(fmt!("{}: {} (status {})", who, e.step, st)),
+            None => self.error(fmt!("{}: {}: {}", who, e.step, ErrName(e.err))),
+        }
+    }
+
+    /// Sets `last_error` without counting an error.
+    pub(in crate::echo) fn set_last_error(&self, msg: fmt::Arguments<'_>) {
+        set_error(&mut self.inner.lock(), msg);
+    }
+
+    pub(in crate::echo) fn stats(&self, f: impl FnOnce(&mut Stats)) {
+        f(&mut self.inner.lock().stats);
+    }
+
+    /// Updates the stats with `f` and records a round-trip time, under one lock.
+    pub(in crate::echo) fn stats_rtt(&self, rtt: Option<Delta>, f: impl FnOnce(&mut Stats)) {
+        let mut g = self.inner.lock();
+        f(&mut g.stats);
+        if let Some(d) = rtt {
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(0);
+            g.stats.record_rtt(ns);
+            g.rtt.record(ns);
+        }
+    }
+
+    /// Captures what the QP of a just-established connection got.
+    pub(in crate::echo) fn read_back<H: crate::rdma::ConnHandler>(&self, conn: &Conn<H>) {
+        if let Some(rb) = ReadBack::of(conn) {
+            self.inner.lock().read_back = Some(rb);
+        }
+    }
+
+    /// Records a connect request a server refused for its own reasons (`why`),
+    /// before admission: counted in `rejected`, named in `last_error`.
+    pub(in crate::echo) fn refused(&self, why: fmt::Arguments<'_>) {
+        let mut g = self.inner.lock();
+        g.stats.rejected += 1;
+        set_error(&mut g, fmt!("server: rejected a connect request: {}", why));
+    }
+}
+
+/// Records `msg` as the endpoint's `last_error`, under its lock `g`.
+pub(super) fn set_error(g: &mut Inner, msg: fmt::Arguments<'_>) {
+    // Allocates nothing: an error for want of memory is named too.
+    g.last_error.set(msg);
+}
+
+/// An errno, printed by its name where cmecho knows it.
+pub(crate) struct ErrName(pub(crate) Error);
+
+impl fmt::Display for ErrName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.name() {
+            Some(n) => write!(f, "{}", n.to_str().unwrap_or("?")),
+            None => write!(f, "errno {}", self.0.to_errno()),
+        }
+    }
+}
