@@ -17,9 +17,8 @@ mod format;
 
 pub(crate) use format::conn_line;
 
-use crate::echo::native::MAX_DEPTH;
-use crate::echo::rping::MAX_SIZE;
-use crate::echo::{Addr, Endpoint, Mode, Role, MAX_CLIENTS, MAX_COUNT};
+use crate::echo::limits::{self, Limit, Refusal};
+use crate::echo::{Addr, Endpoint, Mode, Role};
 use crate::rdma::params::{AckTimeout, MinRnrTimer, RetryCount};
 use kernel::configfs;
 use kernel::configfs_attrs;
@@ -27,13 +26,6 @@ use kernel::fmt::Write as _;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::str::Formatter;
-
-/// The most outstanding RDMA READs an endpoint asks for (rxe's limit).
-const MAX_RD_ATOMIC: u8 = 128;
-/// The largest `max_conns`.
-const MAX_CONNS: u32 = 1024;
-/// The largest memory budget an endpoint takes: 16 GiB, in KiB.
-const MAX_MEM_BUDGET_KIB: u32 = 16 * 1024 * 1024;
 
 /// Creates the `cmecho` configfs subsystem.
 pub(crate) fn subsystem() -> impl PinInit<configfs::Subsystem<Root>, Error> {
@@ -132,23 +124,20 @@ fn text(page: &[u8]) -> Result<&str, &'static str> {
         .map_err(|_| "not valid UTF-8 text")
 }
 
-/// Parses a decimal number in `lo..=hi`.
-fn number<T>(page: &[u8], lo: T, hi: T, msg: &'static str) -> Result<T, &'static str>
-where
-    T: core::str::FromStr + PartialOrd,
-{
-    let v: T = text(page)?.parse().map_err(|_| msg)?;
-    if v < lo || v > hi {
-        return Err(msg);
+/// Parses a decimal number within `l`.
+fn number<T: TryFrom<u64>>(page: &[u8], l: &'static Limit) -> Result<T, Refusal> {
+    let bad = Refusal::Range(l, false);
+    let v: u64 = text(page)?.parse().map_err(|_| bad)?;
+    if !l.holds(v) {
+        return Err(bad);
     }
-    Ok(v)
+    T::try_from(v).map_err(|_| bad)
 }
 
-/// Parses `unset` as `None`, else a number in `lo..=hi` (decimal, or hex with `0x`).
-fn opt_number<T>(page: &[u8], lo: T, hi: T, msg: &'static str) -> Result<Option<T>, &'static str>
-where
-    T: TryFrom<u64> + PartialOrd,
-{
+/// Parses `unset` as `None`, else a number within `l` (decimal, or hex with
+/// `0x`).
+fn opt_number<T: TryFrom<u64>>(page: &[u8], l: &'static Limit) -> Result<Option<T>, Refusal> {
+    let bad = Refusal::Range(l, true);
     let t = text(page)?;
     if t == "unset" {
         return Ok(None);
@@ -157,12 +146,11 @@ where
         Some(hex) => u64::from_str_radix(hex, 16),
         None => t.parse::<u64>(),
     }
-    .map_err(|_| msg)?;
-    let v = T::try_from(v).map_err(|_| msg)?;
-    if v < lo || v > hi {
-        return Err(msg);
+    .map_err(|_| bad)?;
+    if !l.holds(v) {
+        return Err(bad);
     }
-    Ok(Some(v))
+    T::try_from(v).map(Some).map_err(|_| bad)
 }
 
 /// Writes an optional value, `unset` for `None`.
@@ -220,7 +208,7 @@ endpoint_attr!(0,
         c.role = match text(page)? {
             "server" => Role::Server,
             "client" => Role::Client,
-            _ => return Err("must be server or client"),
+            _ => return Err("must be server or client".into()),
         };
         Ok(())
     }),
@@ -232,7 +220,7 @@ endpoint_attr!(1,
         None => writeln!(w, "unset"),
     }),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("addr", |c| {
-        const MSG: &str = "must be an IPv4 or IPv6 address";
+        const MSG: Refusal = Refusal::Text("must be an IPv4 or IPv6 address");
         let a = Addr::new(text(page)?).ok_or(MSG)?;
         if !ep.valid_addr(&a) {
             return Err(MSG);
@@ -245,7 +233,7 @@ endpoint_attr!(1,
 endpoint_attr!(2,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.port)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("port", |c| {
-        c.port = number(page, 1u16, u16::MAX, "must be a port number 1..65535")?;
+        c.port = number(page, &limits::PORT)?;
         Ok(())
     }),
 );
@@ -256,13 +244,13 @@ endpoint_attr!(3,
         None => writeln!(w, "unset"),
     }),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("ack_timeout", |c| {
-        const MSG: &str = "must be unset or 0..31 (4.096 us * 2^T; 0 disables the timer)";
+        let bad = Refusal::Range(&limits::ACK_TIMEOUT, true);
         if text(page)? == "unset" {
             c.ack_timeout = None;
             return Ok(());
         }
-        let t = number(page, 0u8, AckTimeout::MAX, MSG)?;
-        c.ack_timeout = Some(AckTimeout::new(t).map_err(|_| MSG)?);
+        let t = number(page, &limits::ACK_TIMEOUT).map_err(|_| bad)?;
+        c.ack_timeout = Some(AckTimeout::new(t).map_err(|_| bad)?);
         Ok(())
     }),
 );
@@ -270,7 +258,7 @@ endpoint_attr!(3,
 endpoint_attr!(4,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("count", |c| {
-        c.count = number(page, 1u64, MAX_COUNT, "must be 1..10000000")?;
+        c.count = number(page, &limits::COUNT)?;
         Ok(())
     }),
 );
@@ -278,7 +266,7 @@ endpoint_attr!(4,
 endpoint_attr!(5,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.size)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("size", |c| {
-        c.size = number(page, 1u32, MAX_SIZE, "must be 1..65536 bytes")?;
+        c.size = number(page, &limits::SIZE)?;
         Ok(())
     }),
 );
@@ -286,7 +274,7 @@ endpoint_attr!(5,
 endpoint_attr!(6,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.clients)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("clients", |c| {
-        c.clients = number(page, 1u32, MAX_CLIENTS, "must be 1..64")?;
+        c.clients = number(page, &limits::CLIENTS)?;
         Ok(())
     }),
 );
@@ -309,11 +297,11 @@ endpoint_attr!(12, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::netns(ep
 endpoint_attr!(13,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.min_rnr_timer)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("min_rnr_timer", |c| {
-        const MSG: &str = "must be unset or an IBTA RNR timer code 0..31 (0 = 655.36 ms)";
-        c.min_rnr_timer = opt_number(page, 0u8, MinRnrTimer::MAX, MSG)?
+        const L: &Limit = &limits::MIN_RNR_TIMER;
+        c.min_rnr_timer = opt_number(page, L)?
             .map(MinRnrTimer::new)
             .transpose()
-            .map_err(|_| MSG)?;
+            .map_err(|_| Refusal::Range(L, true))?;
         Ok(())
     }),
 );
@@ -321,11 +309,11 @@ endpoint_attr!(13,
 endpoint_attr!(14,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("retry_count", |c| {
-        const MSG: &str = "must be unset or 0..7 (7 is infinite on rxe)";
-        c.retry_count = opt_number(page, 0u8, RetryCount::MAX, MSG)?
+        const L: &Limit = &limits::RETRY_COUNT;
+        c.retry_count = opt_number(page, L)?
             .map(RetryCount::new)
             .transpose()
-            .map_err(|_| MSG)?;
+            .map_err(|_| Refusal::Range(L, true))?;
         Ok(())
     }),
 );
@@ -333,11 +321,11 @@ endpoint_attr!(14,
 endpoint_attr!(15,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.rnr_retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("rnr_retry_count", |c| {
-        const MSG: &str = "must be unset or 0..7 (7 is infinite)";
-        c.rnr_retry_count = opt_number(page, 0u8, RetryCount::MAX, MSG)?
+        const L: &Limit = &limits::RNR_RETRY_COUNT;
+        c.rnr_retry_count = opt_number(page, L)?
             .map(RetryCount::new)
             .transpose()
-            .map_err(|_| MSG)?;
+            .map_err(|_| Refusal::Range(L, true))?;
         Ok(())
     }),
 );
@@ -345,7 +333,7 @@ endpoint_attr!(15,
 endpoint_attr!(16,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.tos)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("tos", |c| {
-        c.tos = opt_number(page, 0u8, u8::MAX, "must be unset or 0..255")?;
+        c.tos = opt_number(page, &limits::TOS)?;
         Ok(())
     }),
 );
@@ -353,7 +341,7 @@ endpoint_attr!(16,
 endpoint_attr!(17,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt_hex(w, ep.config(|c| c.ece_vendor_id)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("ece_vendor_id", |c| {
-        c.ece_vendor_id = opt_number(page, 1u32, 0xff_ffff, "must be unset or a 24-bit vendor id 1..0xffffff")?;
+        c.ece_vendor_id = opt_number(page, &limits::ECE_VENDOR_ID)?;
         Ok(())
     }),
 );
@@ -361,7 +349,7 @@ endpoint_attr!(17,
 endpoint_attr!(18,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt_hex(w, ep.config(|c| c.ece_attr_mod)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("ece_attr_mod", |c| {
-        c.ece_attr_mod = opt_number(page, 0u32, u32::MAX, "must be unset or a 32-bit value")?;
+        c.ece_attr_mod = opt_number(page, &limits::ECE_ATTR_MOD)?;
         Ok(())
     }),
 );
@@ -374,7 +362,7 @@ endpoint_attr!(19,
         c.ece_strict = match text(page)? {
             "strict" => true,
             "relaxed" => false,
-            _ => return Err("must be relaxed or strict"),
+            _ => return Err("must be relaxed or strict".into()),
         };
         Ok(())
     }),
@@ -383,7 +371,7 @@ endpoint_attr!(19,
 endpoint_attr!(20,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.initiator_depth)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("initiator_depth", |c| {
-        c.initiator_depth = opt_number(page, 1u8, MAX_RD_ATOMIC, "must be unset or 1..128")?;
+        c.initiator_depth = opt_number(page, &limits::RD_ATOMIC)?;
         Ok(())
     }),
 );
@@ -391,7 +379,7 @@ endpoint_attr!(20,
 endpoint_attr!(21,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.responder_resources)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("responder_resources", |c| {
-        c.responder_resources = opt_number(page, 1u8, MAX_RD_ATOMIC, "must be unset or 1..128")?;
+        c.responder_resources = opt_number(page, &limits::RD_ATOMIC)?;
         Ok(())
     }),
 );
@@ -399,7 +387,7 @@ endpoint_attr!(21,
 endpoint_attr!(22,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.max_conns)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("max_conns", |c| {
-        c.max_conns = number(page, 1u32, MAX_CONNS, "must be 1..1024")?;
+        c.max_conns = number(page, &limits::MAX_CONNS)?;
         Ok(())
     }),
 );
@@ -412,7 +400,7 @@ endpoint_attr!(25,
         writeln!(w, "{}", ep.config(|c| c.mode).ops().name)
     },
     store: |ep: &Endpoint, page: &[u8]| ep.configure("mode", |c| {
-        c.mode = Mode::by_name(text(page)?).ok_or("must be rping or echo")?;
+        c.mode = Mode::by_name(text(page)?).ok_or(Refusal::Mode)?;
         Ok(())
     }),
 );
@@ -420,7 +408,7 @@ endpoint_attr!(25,
 endpoint_attr!(26,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.depth)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("depth", |c| {
-        c.depth = number(page, 1u32, MAX_DEPTH, "must be 1..256")?;
+        c.depth = number(page, &limits::DEPTH)?;
         Ok(())
     }),
 );
@@ -428,7 +416,7 @@ endpoint_attr!(26,
 endpoint_attr!(27,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.duration_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("duration_ms", |c| {
-        c.duration_ms = opt_number(page, 1u32, 3_600_000, "must be unset or 1..3600000")?;
+        c.duration_ms = opt_number(page, &limits::DURATION_MS)?;
         Ok(())
     }),
 );
@@ -436,7 +424,7 @@ endpoint_attr!(27,
 endpoint_attr!(28,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.mem_budget_kib)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("mem_budget_kib", |c| {
-        c.mem_budget_kib = number(page, 64u32, MAX_MEM_BUDGET_KIB, "must be 64..16777216 KiB")?;
+        c.mem_budget_kib = number(page, &limits::MEM_BUDGET_KIB)?;
         Ok(())
     }),
 );
@@ -444,7 +432,7 @@ endpoint_attr!(28,
 endpoint_attr!(29,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.resolve_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("resolve_timeout_ms", |c| {
-        c.resolve_timeout_ms = number(page, 100u32, 60_000, "must be 100..60000")?;
+        c.resolve_timeout_ms = number(page, &limits::RESOLVE_TIMEOUT_MS)?;
         Ok(())
     }),
 );
@@ -452,7 +440,7 @@ endpoint_attr!(29,
 endpoint_attr!(30,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.resolve_retries)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("resolve_retries", |c| {
-        c.resolve_retries = number(page, 0u8, 10, "must be 0..10")?;
+        c.resolve_retries = number(page, &limits::RESOLVE_RETRIES)?;
         Ok(())
     }),
 );
@@ -460,7 +448,7 @@ endpoint_attr!(30,
 endpoint_attr!(31,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.connect_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("connect_timeout_ms", |c| {
-        c.connect_timeout_ms = number(page, 100u32, 600_000, "must be 100..600000")?;
+        c.connect_timeout_ms = number(page, &limits::CONNECT_TIMEOUT_MS)?;
         Ok(())
     }),
 );
@@ -468,7 +456,7 @@ endpoint_attr!(31,
 endpoint_attr!(32,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.accept_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("accept_timeout_ms", |c| {
-        c.accept_timeout_ms = number(page, 100u32, 600_000, "must be 100..600000")?;
+        c.accept_timeout_ms = number(page, &limits::ACCEPT_TIMEOUT_MS)?;
         Ok(())
     }),
 );

@@ -8,7 +8,7 @@
 //! that order. Both decide on the configuration and a count only: the caller
 //! holds `Shared::inner`, counts a rejection and records its message.
 //!
-//! `clients` itself is bounded by [`super::config::MAX_CLIENTS`] when configfs
+//! `clients` itself is bounded by [`super::limits::CLIENTS`] when configfs
 //! stores it.
 
 use super::config::{Config, Role};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! An endpoint's configuration: what configfs stores, and the limits it checks.
+//! An endpoint's configuration: what configfs stores. The limits configfs
+//! checks are in [`super::limits`].
 
 use super::rping;
 use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
@@ -10,10 +11,6 @@ use kernel::prelude::*;
 
 /// The longest address an endpoint accepts (an IPv6 address with a scope).
 pub(crate) const MAX_ADDR_LEN: usize = 64;
-/// The most client connections one endpoint opens.
-pub(crate) const MAX_CLIENTS: u32 = 64;
-/// The most pings per client connection.
-pub(crate) const MAX_COUNT: u64 = 10_000_000;
 /// The most connections a server keeps at once, by default. Each holds a QP,
 /// a CQ, a PD, an MR and its buffers beyond what `mem_budget_kib` counts; 256
 /// is 64 clients of a full `clients` four times over.

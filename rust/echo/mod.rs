@@ -12,7 +12,8 @@
 //!
 //! | File | What |
 //! |---|---|
-//! | [`config`] | the configuration configfs stores, and its limits |
+//! | [`config`] | the configuration configfs stores |
+//! | [`limits`] | every knob's limit, one `const` each, and the refusal written from it |
 //! | [`stats`] | the stats, the RTT histogram and samples, what a QP got, per-connection counters |
 //! | [`admission`] | whether an endpoint's connections are admitted: memory budget, `max_conns`, ECE policy |
 //! | [`endpoint`] | the endpoint's lifecycle, its locks and the service's lock order; what it keeps of, does for and reports about its connections |
@@ -28,12 +29,13 @@ mod config;
 mod endpoint;
 mod error_text;
 mod hello;
+pub(crate) mod limits;
 mod mode;
 pub(crate) mod native;
 pub(crate) mod rping;
 mod stats;
 
-pub(crate) use config::{Addr, Config, Mode, Role, MAX_CLIENTS, MAX_COUNT};
+pub(crate) use config::{Addr, Config, Mode, Role};
 pub(crate) use endpoint::{ConnView, Endpoint, Shared, State};
 pub(crate) use stats::{percentile, StatsReading};
 

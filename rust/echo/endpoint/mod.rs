@@ -45,6 +45,7 @@ use report::set_error;
 use super::admission;
 use super::config::{Addr, Config, Role};
 use super::error_text::ErrorText;
+use super::limits::Refusal;
 use super::stats::{ReadBack, RttSamples, Stats, StatsReading};
 use crate::rdma::params::Ece;
 use crate::rdma::verbs::QpConfig;
@@ -218,7 +219,7 @@ impl Endpoint {
     pub(crate) fn configure(
         &self,
         attr: &str,
-        f: impl FnOnce(&mut Config) -> Result<(), &'static str>,
+        f: impl FnOnce(&mut Config) -> Result<(), Refusal>,
     ) -> Result {
         let mut g = self.shared.inner.lock();
         if g.enabled {

@@ -39,7 +39,7 @@ fn conn_buf_bytes(cfg: &Config) -> u64 {
 }
 
 /// The most messages in flight per connection.
-pub(crate) const MAX_DEPTH: u32 = 256;
+pub(crate) const MAX_DEPTH: u32 = super::limits::DEPTH.hi as u32;
 
 /// Writes bytes `at..at + out.len()` of message `seq` of `total` bytes into `out`:
 /// the message is its sequence number (little-endian, as much of it as fits)

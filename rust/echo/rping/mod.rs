@@ -45,7 +45,7 @@ pub(crate) const MSG_LEN: u32 = 16;
 pub(crate) const DEFAULT_PORT: u16 = 7174;
 
 /// The largest payload cmecho exchanges (rping's own limit is 64 KiB).
-pub(crate) const MAX_SIZE: u32 = 65536;
+pub(crate) const MAX_SIZE: u32 = super::limits::SIZE.hi as u32;
 
 /// One rping message: a buffer the peer may access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
