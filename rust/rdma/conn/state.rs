@@ -50,9 +50,10 @@
 //! | not lent | `ConnectEnd`, `AcceptEnd`, `GiveBack` | unchanged | - |
 //! | not `Closing`/`Closed` | `Close` | `Closing` | `QueueRelease` |
 //! | `Closing`, `Closed` | `Close` | unchanged | - |
-//! | `Closed`, or releasing | `Release` | unchanged | - (the release under way finishes) |
-//! | lent, not `Closed` | `Release` | `Closing` (unchanged if `DeviceRemoved`) | - (the lender releases when it is done) |
-//! | not lent, not releasing, not `Closed` | `Release` | `Closing`, releasing | `Release` |
+//! | `Closed`, or releasing | `Release`, `ReleaseAnyway` | unchanged | - (the release under way finishes) |
+//! | lent, not `Closed` | `Release`, `ReleaseAnyway` | `Closing` (unchanged if `DeviceRemoved`) | - (the lender releases when it is done) |
+//! | held, reached `Answered` (`COMM_EST` told, no `ESTABLISHED` yet) | `Release` | `Closing` | `AwaitEstablished`: the CM cancels its REP only when it delivers `ESTABLISHED` |
+//! | not lent, not releasing, not `Closed` | `Release` (other than above), `ReleaseAnyway` | `Closing`, releasing | `Release` |
 //! | releasing | `Released` | `Closed`, gone | - |
 //! | not releasing | `Released` | unchanged | - |
 //!
@@ -180,6 +181,9 @@ pub(crate) enum Input {
     Close,
     /// A release starts (`close_now`).
     Release,
+    /// A release that waited for `ESTABLISHED` (`Action::AwaitEstablished`)
+    /// as long as it may: it goes ahead.
+    ReleaseAnyway,
     /// The release destroyed what it took out.
     Released,
 }
@@ -220,6 +224,14 @@ pub(crate) enum Action {
     /// Take the id, the QP resources, the sink and the connection's reference
     /// on itself out, and release them; then [`Input::Released`].
     Release,
+    /// Not yet: the CM was told the connection is established (`CommEst`)
+    /// and has not delivered `ESTABLISHED`. It cancels its REP only in the
+    /// work that delivers that event; an id destroyed before it leaves the REP
+    /// retransmitting for as long as the peer's request asks (a minute, up to
+    /// a quarter of an hour after an MRA), and `rdma_destroy_id` waits for it.
+    /// Wait, bounded, for the phase to change, then `Release` again, or
+    /// `ReleaseAnyway` once the wait is over.
+    AwaitEstablished,
     /// Destroy the QP resources, give the id back to the CM, then this.
     HandBack(Then),
 }
@@ -460,16 +472,22 @@ impl Phase {
                 Action::QueueRelease
             }
             Input::Close => Action::Nothing,
-            Input::Release if s == State::Closed || self.holder == Holder::Releasing => {
+            Input::Release | Input::ReleaseAnyway
+                if s == State::Closed || self.holder == Holder::Releasing =>
+            {
                 Action::Nothing
             }
-            Input::Release if lent => {
+            Input::Release | Input::ReleaseAnyway if lent => {
                 if s != State::DeviceRemoved {
                     n.state = State::Closing;
                 }
                 Action::Nothing
             }
-            Input::Release => {
+            Input::Release if self.holder == Holder::Held && self.reached == Reached::Answered => {
+                n.state = State::Closing;
+                Action::AwaitEstablished
+            }
+            Input::Release | Input::ReleaseAnyway => {
                 n.state = State::Closing;
                 n.holder = Holder::Releasing;
                 Action::Release

@@ -330,6 +330,7 @@ mod tests {
                         _ => (p(side, State::Closing, est, Releasing), Action::Release),
                     };
                     row!(bad; q, Release => to, a);
+                    row!(bad; q, ReleaseAnyway => to, a);
                 }
                 for s in [State::Closing, State::Closed] {
                     let q = p(side, s, est, h);
@@ -337,11 +338,24 @@ mod tests {
                 }
                 let q = p(side, State::Closed, est, h);
                 row!(bad; q, Release => q, Action::Nothing);
+                row!(bad; q, ReleaseAnyway => q, Action::Nothing);
             }
             let r = p(side, State::Closing, est, Releasing);
             row!(bad; r, Released => p(side, State::Closed, est, Gone), Action::Nothing);
             let q = p(side, State::Closing, est, Lent);
             row!(bad; q, Released => q, Action::Nothing);
+        }
+        // Told COMM_EST, no ESTABLISHED yet: the release waits for it (the
+        // CM cancels its REP only then), unless it waited long enough.
+        let ans = Reached::Answered;
+        for s in [State::Connecting, dn, State::Closing] {
+            let q = p(Passive, s, ans, Held);
+            let wait = p(Passive, State::Closing, ans, Held);
+            row!(bad; q, Release => wait, Action::AwaitEstablished);
+            let go = p(Passive, State::Closing, ans, Releasing);
+            row!(bad; q, ReleaseAnyway => go, Action::Release);
+            let lent = p(Passive, s, ans, Lent);
+            row!(bad; lent, Release => p(Passive, State::Closing, ans, Lent), Action::Nothing);
         }
         assert_eq!(bad, 0);
     }
@@ -384,6 +398,7 @@ mod tests {
             GiveBack,
             Close,
             Release,
+            ReleaseAnyway,
             Released,
         ];
         let mut bad = 0usize;
@@ -402,6 +417,8 @@ mod tests {
                                 && (h != Lent
                                     || n.holder == Lent
                                     || matches!(i, ConnectEnd(_) | AcceptEnd(_) | GiveBack))
+                                && (a != Action::AwaitEstablished
+                                    || (h == Held && re == Reached::Answered))
                                 && (n.reached >= q.reached)
                                 && n.side == side;
                             if !ok {

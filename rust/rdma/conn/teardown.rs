@@ -15,6 +15,11 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::time::msecs_to_jiffies;
 
+/// How long a release waits for the CM's `ESTABLISHED` of an accepted
+/// connection it was told is established (`Action::AwaitEstablished`): the
+/// CM's own work, which only a loaded CM worker delays.
+const ESTABLISHED_WAIT_MS: u32 = 10_000;
+
 impl<H: ConnHandler> Conn<H> {
     /// Starts a disconnect; the QP flushes and the peer sees `DISCONNECTED`.
     /// The connection is no longer [open](Conn::is_open). Before it is
@@ -126,15 +131,31 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Releases everything this connection still owns, in the required order.
     pub(super) fn close_now(&self) {
-        let (id, res, sink, me) = {
+        let mut input = Input::Release;
+        let mut left = msecs_to_jiffies(ESTABLISHED_WAIT_MS);
+        let (id, res, sink, me) = loop {
             let mut rg = self.res.lock();
             let mut g = self.inner.lock();
-            // Closed, or a release is under way, or the id is lent: then the
-            // task it is lent to releases when it is done.
-            if self.feed(&mut g, Input::Release) != Action::Release {
-                return;
+            match self.feed(&mut g, input) {
+                Action::Release => break (g.id.take(), rg.take(), g.sink.take(), g.me.take()),
+                Action::AwaitEstablished => {
+                    // Completions may go on meanwhile: only `inner` is held,
+                    // and the wait releases it.
+                    drop(rg);
+                    left = match self.changed.wait_interruptible_timeout(&mut g, left) {
+                        kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
+                        // Over, or a signal this wait cannot sleep through:
+                        // release now, whatever the CM still sends.
+                        _ => 0,
+                    };
+                    if left == 0 {
+                        input = Input::ReleaseAnyway;
+                    }
+                }
+                // Closed, or a release is under way, or the id is lent: then
+                // the task it is lent to releases when it is done.
+                _ => return,
             }
-            (g.id.take(), rg.take(), g.sink.take(), g.me.take())
         };
         if let Some(id) = &id {
             // SAFETY: We own the id (taken out of the shared state above).
