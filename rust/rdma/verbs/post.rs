@@ -58,20 +58,9 @@ impl<C: Completion> ResPtr<C> {
     /// Posts a signaled SEND of `len` bytes from buffer `idx` at `off`.
     pub(crate) fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
         let (cqe, addr) = self.prep(tag, idx, off, len)?;
-        // SAFETY: As in `post_recv`.
-        to_result(unsafe {
-            ffi::cmecho_post_send(
-                self.qp.as_ptr(),
-                cqe,
-                ffi::IB_WR_SEND,
-                SIGNALED,
-                addr,
-                len,
-                self.lkey,
-                0,
-                0,
-            )
-        })
+        // SAFETY: `prep` checked the tag and the buffer's bounds: `cqe` is this
+        // QP's and `addr` is mapped for `len` bytes. A SEND has no remote side.
+        to_result(unsafe { self.post_sq(cqe, ffi::IB_WR_SEND, addr, len, 0, 0) })
     }
 
     /// Posts a signaled RDMA READ (or WRITE) between buffer `idx` at `off` and the
@@ -91,37 +80,49 @@ impl<C: Completion> ResPtr<C> {
         if len == 0 {
             return Err(EINVAL);
         }
+        // A bad remote address or rkey fails the work request with a remote
+        // access error, not the local side.
         if !write {
             // An RDMA READ writes the local buffer.
             let post = |cqe, addr| {
-                // SAFETY: As in `post_recv`. A bad remote address or rkey fails the
-                // work request with a remote access error, not the local side.
-                unsafe {
-                    ffi::cmecho_post_send(
-                        self.qp.as_ptr(),
-                        cqe,
-                        ffi::IB_WR_RDMA_READ,
-                        SIGNALED,
-                        addr,
-                        len,
-                        self.lkey,
-                        raddr,
-                        rkey,
-                    )
-                }
+                // SAFETY: `post_writer` passes this QP's writer `cqe` and the
+                // DMA address of `len` checked bytes.
+                unsafe { self.post_sq(cqe, ffi::IB_WR_RDMA_READ, addr, len, raddr, rkey) }
             };
             // SAFETY: `post` posts one RDMA READ into `len` bytes at `addr`, or
             // none when it fails.
             return unsafe { self.post_writer(tag, idx, off, len, post) };
         }
         let (cqe, addr) = self.prep(tag, idx, off, len)?;
-        // SAFETY: As in `post_recv`. A bad remote address or rkey fails the work
-        // request with a remote access error, not the local side.
-        to_result(unsafe {
+        // SAFETY: As for `post_send`.
+        to_result(unsafe { self.post_sq(cqe, ffi::IB_WR_RDMA_WRITE, addr, len, raddr, rkey) })
+    }
+
+    /// Posts one signaled send-queue work request of `opcode` on `len` bytes
+    /// at DMA address `addr`, and for an RDMA READ or WRITE the peer's
+    /// `raddr`/`rkey`; the C helper's return value.
+    ///
+    /// # Safety
+    ///
+    /// `cqe` must be a completion entry of these resources, which lives until
+    /// the QP is drained, and `addr..addr + len` must lie in a buffer of their
+    /// PD, mapped for DMA.
+    unsafe fn post_sq(
+        &self,
+        cqe: *mut ffi::ib_cqe,
+        opcode: ffi::ib_wr_opcode,
+        addr: u64,
+        len: u32,
+        raddr: u64,
+        rkey: u32,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: The QP is live by the type invariant; `cqe` and the buffer
+        // are valid by the caller's guarantee.
+        unsafe {
             ffi::cmecho_post_send(
                 self.qp.as_ptr(),
                 cqe,
-                ffi::IB_WR_RDMA_WRITE,
+                opcode,
                 SIGNALED,
                 addr,
                 len,
@@ -129,6 +130,6 @@ impl<C: Completion> ResPtr<C> {
                 raddr,
                 rkey,
             )
-        })
+        }
     }
 }
