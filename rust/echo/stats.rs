@@ -35,7 +35,7 @@ pub(crate) struct Stats {
     /// `errors`, and the last is `last_error`).
     pub(crate) logs_suppressed: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
-    pub(crate) wc_errors: [(i32, u64); 8],
+    pub(crate) wc_errors: [(u32, u64); 8],
     pub(crate) rtt_n: u64,
     pub(crate) rtt_sum_us: u64,
     pub(crate) rtt_min_us: u64,
@@ -74,7 +74,7 @@ impl Stats {
     }
 
     /// Counts a failed work completion by status.
-    pub(crate) fn wc_error(&mut self, status: i32) {
+    pub(crate) fn wc_error(&mut self, status: u32) {
         if let Some(e) = self.wc_errors.iter_mut().find(|e| e.1 > 0 && e.0 == status) {
             e.1 += 1;
         } else if let Some(e) = self.wc_errors.iter_mut().find(|e| e.1 == 0) {

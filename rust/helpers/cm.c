@@ -50,66 +50,6 @@ struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx, u32 ps, u32 q
 	return rdma_create_id(net, cmecho_cm_handler, ctx, ps, qp_type);
 }
 
-void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx)
-{
-	id->context = ctx;
-}
-
-void *cmecho_cm_context(const struct rdma_cm_id *id)
-{
-	return id->context;
-}
-
-/* The event's enum rdma_cm_event_type: rust/rdma/event.rs tells the codes apart. */
-int cmecho_ev_type(const struct rdma_cm_event *event)
-{
-	return event->event;
-}
-
-int cmecho_ev_status(const struct rdma_cm_event *event)
-{
-	return event->status;
-}
-
-u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event)
-{
-	return event->ece.vendor_id;
-}
-
-u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event)
-{
-	return event->ece.attr_mod;
-}
-
-/*
- * The peer's initiator depth and responder resources: meaningful on a connect
- * request only, which rust/rdma/event.rs checks before reading them.
- */
-u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event)
-{
-	return event->param.conn.initiator_depth;
-}
-
-u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event)
-{
-	return event->param.conn.responder_resources;
-}
-
-/*
- * Copies up to len bytes of the private data a connect request or a reject
- * carries into buf; returns how many. rust/rdma/event.rs calls it on those
- * two events only, whose param is the connection's (RDMA_PS_TCP ids).
- */
-int cmecho_ev_private_data(const struct rdma_cm_event *event, u8 *buf, int len)
-{
-	int n = min_t(int, len, event->param.conn.private_data_len);
-
-	if (!event->param.conn.private_data || n <= 0)
-		return 0;
-	memcpy(buf, event->param.conn.private_data, n);
-	return n;
-}
-
 /* The peer's address and port, as text ("10.77.0.2:41234", "[fe80::1]:7174"). */
 int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len)
 {

@@ -30,7 +30,6 @@ struct ib_pd;
 struct ib_cq;
 struct ib_qp;
 struct ib_mr;
-struct ib_wc;
 struct ib_cqe;
 struct workqueue_struct;
 struct dentry;
@@ -46,7 +45,6 @@ int cmecho_rs_debugfs_show(void *ctx, struct seq_file *m);
 struct dentry *cmecho_debugfs_dir(const char *name, struct dentry *parent);
 struct dentry *cmecho_debugfs_file(const char *name, struct dentry *parent, void *ctx);
 void cmecho_debugfs_remove(struct dentry *dentry);
-int cmecho_seq_write(struct seq_file *m, const char *s, size_t len);
 
 /* cm.c */
 struct workqueue_struct *cmecho_wq_alloc(const char *name, unsigned int flags,
@@ -57,36 +55,18 @@ void cmecho_net_put(struct net *net);
 u32 cmecho_net_inum(const struct net *net);
 /* @ps: enum rdma_ucm_port_space; @qp_type: enum ib_qp_type. */
 struct rdma_cm_id *cmecho_cm_create_id(struct net *net, void *ctx, u32 ps, u32 qp_type);
-void cmecho_cm_set_context(struct rdma_cm_id *id, void *ctx);
-void *cmecho_cm_context(const struct rdma_cm_id *id);
-int cmecho_ev_type(const struct rdma_cm_event *event);
-int cmecho_ev_status(const struct rdma_cm_event *event);
-u32 cmecho_ev_ece_vendor_id(const struct rdma_cm_event *event);
-u32 cmecho_ev_ece_attr_mod(const struct rdma_cm_event *event);
-u8 cmecho_ev_initiator_depth(const struct rdma_cm_event *event);
-u8 cmecho_ev_responder_resources(const struct rdma_cm_event *event);
-int cmecho_ev_private_data(const struct rdma_cm_event *event, u8 *buf, int len);
 int cmecho_cm_peer_addr(struct rdma_cm_id *id, char *buf, int len);
 int cmecho_cm_route_plt(struct rdma_cm_id *id);
 int cmecho_cm_route_tclass(struct rdma_cm_id *id);
 
 /* verbs.c */
-struct ib_device *cmecho_cm_device(struct rdma_cm_id *id);
-struct ib_qp *cmecho_cm_qp(struct rdma_cm_id *id);
+u32 cmecho_qp_num(const struct ib_qp *qp);
 struct ib_pd *cmecho_pd_alloc(struct ib_device *dev);
-void cmecho_pd_free(struct ib_pd *pd);
-u32 cmecho_pd_lkey(const struct ib_pd *pd);
 /* @poll_ctx: enum ib_poll_context. */
 struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe, u32 poll_ctx);
-struct ib_cqe *cmecho_wc_cqe(const struct ib_wc *wc);
-int cmecho_wc_status(const struct ib_wc *wc);
-u32 cmecho_wc_byte_len(const struct ib_wc *wc);
-int cmecho_qp_query(struct ib_qp *qp, u32 *qp_num, u8 *state, u8 *timeout, u8 *retry_cnt,
-		    u8 *rnr_retry, u8 *min_rnr_timer, u32 *path_mtu);
 int cmecho_dma_map(struct ib_device *dev, void *cpu, u32 len, u64 *dma);
 void cmecho_dma_unmap(struct ib_device *dev, u64 dma, u32 len);
 void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);
-int cmecho_mr_free(struct ib_mr *mr);
 /* @access: enum ib_access_flags. */
 int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, u32 access,
 		    struct ib_cqe *cqe, u32 *rkey, u64 *addr);

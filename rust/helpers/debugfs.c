@@ -33,6 +33,11 @@ static const struct file_operations cmecho_debugfs_fops = {
 	.release = single_release,
 };
 
+/*
+ * debugfs_create_dir() and debugfs_remove() are static inlines without
+ * CONFIG_DEBUG_FS, where cmecho still builds and runs without its files.
+ */
+
 /* A directory, or an error pointer; @parent NULL is debugfs's root. */
 struct dentry *cmecho_debugfs_dir(const char *name, struct dentry *parent)
 {
@@ -49,10 +54,4 @@ struct dentry *cmecho_debugfs_file(const char *name, struct dentry *parent, void
 void cmecho_debugfs_remove(struct dentry *dentry)
 {
 	debugfs_remove(dentry);
-}
-
-/* Appends @len bytes to @m; -1 when they do not fit (seq_file retries larger). */
-int cmecho_seq_write(struct seq_file *m, const char *s, size_t len)
-{
-	return seq_write(m, s, len);
 }

@@ -22,12 +22,12 @@ use kernel::prelude::*;
 
 /// A failed work completion: the `ib_wc_status` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WcError(pub(crate) i32);
+pub(crate) struct WcError(pub(crate) ffi::ib_wc_status);
 
 impl WcError {
     /// `IB_WC_WR_FLUSH_ERR`: the QP was flushed (a teardown, not a fault).
     pub(crate) fn is_flush(self) -> bool {
-        i64::from(self.0) == i64::from(ffi::IB_WC_WR_FLUSH_ERR)
+        self.0 == ffi::IB_WC_WR_FLUSH_ERR
     }
 }
 
@@ -35,9 +35,8 @@ impl kernel::fmt::Display for WcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // A status no enum value has prints as the kernel prints one
         // (`ib_wc_status_msg` answers "unrecognized status" for it).
-        let st = u32::try_from(self.0).unwrap_or(u32::MAX);
         // SAFETY: `ib_wc_status_msg` returns a static string for any value.
-        let msg = unsafe { CStr::from_char_ptr(ffi::ib_wc_status_msg(st)) };
+        let msg = unsafe { CStr::from_char_ptr(ffi::ib_wc_status_msg(self.0)) };
         write!(f, "{} ({})", msg.to_str().unwrap_or("?"), self.0)
     }
 }
@@ -171,14 +170,11 @@ impl Cqe {
 /// `wc` must be a work completion of a request posted with a [`Cqe`] for `C`,
 /// and that `Cqe` and its context must still be live.
 unsafe extern "C" fn wc_done<C: Completion>(_cq: *mut ffi::IbCq, wc: *mut ffi::IbWc) {
-    // SAFETY: `wc` is a valid work completion by the caller's guarantee.
-    let (cqe, status, byte_len) = unsafe {
-        (
-            ffi::cmecho_wc_cqe(wc),
-            ffi::cmecho_wc_status(wc),
-            ffi::cmecho_wc_byte_len(wc),
-        )
-    };
+    // SAFETY: `wc` is a valid work completion by the caller's guarantee, and the
+    // CQ polls it until `done` returns. A request posted with an `ib_cqe` is
+    // completed through `wr_cqe`, the member of the union the CQ's code reads.
+    // Fields are read in place: a failed completion leaves some unset.
+    let (cqe, status) = unsafe { ((*wc).__bindgen_anon_1.wr_cqe, (*wc).status) };
     // SAFETY: The request was posted with a `Cqe`, whose first field is the
     // `ib_cqe` the completion names (`repr(C)`), and which is live.
     let c = unsafe { &*cqe.cast_const().cast::<Cqe>() };
@@ -194,13 +190,14 @@ unsafe extern "C" fn wc_done<C: Completion>(_cq: *mut ffi::IbCq, wc: *mut ffi::I
         }
         c.inflight.fetch_sub(1, Ordering::Release);
     }
-    if status == 0 && !c.signal_success {
+    if status == ffi::IB_WC_SUCCESS && !c.signal_success {
         return;
     }
     // SAFETY: By the `Cqe` invariant and the caller's guarantee, `ctx` is a live `C`.
     let ctx = unsafe { &*c.ctx.cast::<C>() };
-    let st = if status == 0 {
-        Ok(byte_len)
+    let st = if status == ffi::IB_WC_SUCCESS {
+        // SAFETY: As above; a successful completion has its length set.
+        Ok(unsafe { (*wc).byte_len })
     } else {
         Err(WcError(status))
     };

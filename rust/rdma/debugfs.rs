@@ -138,7 +138,7 @@ impl core::fmt::Write for SeqWriter {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         // SAFETY: `self.0` is the `seq_file` of the show that runs (see
         // `cmecho_rs_debugfs_show`); the helper copies `s.len()` bytes of `s`.
-        match unsafe { ffi::cmecho_seq_write(self.0, s.as_ptr().cast(), s.len()) } {
+        match unsafe { ffi::seq_write(self.0, s.as_ptr().cast(), s.len()) } {
             0 => Ok(()),
             // Full: seq_file calls the show again with a larger buffer.
             _ => Err(core::fmt::Error),

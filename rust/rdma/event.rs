@@ -2,7 +2,7 @@
 
 //! CM events, decoded from `struct rdma_cm_event` into plain values.
 //!
-//! The C side only reads the event's fields; the layer maps the event's
+//! The layer reads the event's fields from bindgen's layout of the struct, maps the event's
 //! `enum rdma_cm_event_type` to the few kinds it tells apart ([`EventKind`]),
 //! and copies out everything an event carries that it uses, so no pointer into
 //! the event outlives its handler.
@@ -112,45 +112,46 @@ impl Event {
     ///
     /// `ev` must point to a valid `struct rdma_cm_event`.
     pub(super) unsafe fn read(ev: *const ffi::RdmaCmEvent) -> Self {
-        // SAFETY: The caller guarantees `ev` is valid; the helper only reads it.
-        let kind = EventKind::from_code(unsafe { ffi::cmecho_ev_type(ev) });
+        // SAFETY: The caller guarantees `ev` is valid; it is only read, during
+        // the handler that got it.
+        let e = unsafe { &*ev };
+        let kind = EventKind::from_code(c_int::try_from(e.event).unwrap_or(-1));
         // The connection parameters of the event (a union member) are the peer's
-        // on a connect request only.
-        let (initiator_depth, responder_resources) = if kind == EventKind::ConnectRequest {
-            // SAFETY: As above.
-            unsafe {
-                (
-                    ffi::cmecho_ev_initiator_depth(ev),
-                    ffi::cmecho_ev_responder_resources(ev),
-                )
+        // on a connect request and a reject only; `conn` is the member the CM
+        // fills in for a connected (RDMA_PS_TCP) id's events.
+        let conn = matches!(kind, EventKind::ConnectRequest | EventKind::Rejected)
+            // SAFETY: As said, `conn` is the member written for these events.
+            .then(|| unsafe { &e.param.conn });
+        let (initiator_depth, responder_resources) = match conn {
+            Some(c) if kind == EventKind::ConnectRequest => {
+                (c.initiator_depth, c.responder_resources)
             }
-        } else {
-            (0, 0)
+            _ => (0, 0),
         };
-        let private_data = if matches!(kind, EventKind::ConnectRequest | EventKind::Rejected) {
-            let mut buf = [0u8; PrivateData::MAX];
-            // SAFETY: As above; `buf` is writable for its length, which the
-            // helper copies at most.
-            let n = unsafe {
-                ffi::cmecho_ev_private_data(ev, buf.as_mut_ptr(), PrivateData::MAX as c_int)
-            };
-            PrivateData::from_buf(buf, usize::try_from(n).unwrap_or(0))
-        } else {
-            PrivateData::EMPTY
-        };
-        // SAFETY: As above.
-        unsafe {
-            Self {
-                kind,
-                status: ffi::cmecho_ev_status(ev),
-                ece: Ece {
-                    vendor_id: ffi::cmecho_ev_ece_vendor_id(ev),
-                    attr_mod: ffi::cmecho_ev_ece_attr_mod(ev),
-                },
-                initiator_depth,
-                responder_resources,
-                private_data,
+        let private_data = match conn {
+            Some(c) if !c.private_data.is_null() => {
+                let n = usize::from(c.private_data_len).min(PrivateData::MAX);
+                let mut buf = [0u8; PrivateData::MAX];
+                // SAFETY: The CM's private data of the event is `private_data_len`
+                // readable bytes at `private_data` while its handler runs, and
+                // `n` is at most that.
+                buf[..n].copy_from_slice(unsafe {
+                    core::slice::from_raw_parts(c.private_data.cast::<u8>(), n)
+                });
+                PrivateData::from_buf(buf, n)
             }
+            _ => PrivateData::EMPTY,
+        };
+        Self {
+            kind,
+            status: e.status,
+            ece: Ece {
+                vendor_id: e.ece.vendor_id,
+                attr_mod: e.ece.attr_mod,
+            },
+            initiator_depth,
+            responder_resources,
+            private_data,
         }
     }
 }

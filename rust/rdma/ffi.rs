@@ -41,28 +41,26 @@ macro_rules! opaque {
 opaque! {
     /// `struct net`.
     Net,
-    /// `struct rdma_cm_id`.
-    RdmaCmId,
-    /// `struct rdma_cm_event`.
-    RdmaCmEvent,
     /// `struct dentry`.
     Dentry,
     /// `struct seq_file`.
     SeqFile,
     /// `struct ib_cq`.
     IbCq,
-    /// `struct ib_wc`.
-    IbWc,
     /// `struct ib_qp`.
     IbQp,
     /// `struct ib_device`.
     IbDevice,
-    /// `struct ib_pd`.
-    IbPd,
     /// `struct ib_mr`.
     IbMr,
     /// `struct ib_event`.
     IbEvent,
+    /// `struct ib_udata`, which the layer passes as null (kernel objects).
+    IbUdata,
+    /// `struct ib_uobject`.
+    IbUobject,
+    /// `struct net_device`.
+    NetDevice,
     /// `struct ib_srq`.
     IbSrq,
     /// `struct ib_xrcd`.
@@ -85,11 +83,11 @@ opaque! {
 mod generated {
     use super::{
         Dentry as dentry, IbCq as ib_cq, IbDevice as ib_device, IbEvent as ib_event, IbMr as ib_mr,
-        IbPd as ib_pd, IbQp as ib_qp, IbRwqIndTable as ib_rwq_ind_table, IbSrq as ib_srq,
-        IbWc as ib_wc, IbXrcd as ib_xrcd, Net as net, RdmaCmEvent as rdma_cm_event,
-        RdmaCmId as rdma_cm_id, SeqFile as seq_file, Sockaddr as sockaddr,
+        IbQp as ib_qp, IbRwqIndTable as ib_rwq_ind_table, IbSrq as ib_srq, IbUdata as ib_udata,
+        IbUobject as ib_uobject, IbXrcd as ib_xrcd, Net as net, NetDevice as net_device,
+        SeqFile as seq_file, Sockaddr as sockaddr,
     };
-    use kernel::bindings::workqueue_struct;
+    use kernel::bindings::{atomic_t, workqueue_struct};
     use kernel::ffi;
     use pin_init::MaybeZeroable;
 
@@ -98,6 +96,11 @@ mod generated {
 }
 
 pub(crate) use generated::*;
+
+/// The structs the layer reads fields of, under the names its code uses for them.
+pub(crate) use generated::{
+    ib_pd as IbPd, ib_wc as IbWc, rdma_cm_event as RdmaCmEvent, rdma_cm_id as RdmaCmId,
+};
 
 /// Re-types constants of a C enum of the header, failing the build if a value does
 /// not fit the new type.

@@ -194,14 +194,18 @@ impl IdPtr {
         ev: &EventId,
         sink: Option<SinkPtr>,
     ) -> Result<HandedBack, (Self, Option<SinkPtr>)> {
-        // SAFETY: By the type invariant the id is live; the helper reads a field.
-        let ctx = unsafe { ffi::cmecho_cm_context(self.as_ptr()) };
+        if self.0 != ev.id {
+            return Err((self, sink));
+        }
+        // SAFETY: By the type invariant the id is live. It is the id of `ev`,
+        // whose handler runs: its context is written only by that handler, or
+        // before the CM had the id.
+        let ctx = unsafe { (*self.as_ptr()).context };
         // The new id of a connect request starts with the listener's context:
         // that box is the listener's, whatever the new id points to.
-        if self.0 != ev.id
-            || sink
-                .as_ref()
-                .is_some_and(|s| s.as_ctx() != ctx || s.as_ctx() == ev.listener_ctx)
+        if sink
+            .as_ref()
+            .is_some_and(|s| s.as_ctx() != ctx || s.as_ctx() == ev.listener_ctx)
         {
             return Err((self, sink));
         }
@@ -289,7 +293,7 @@ unsafe extern "C" fn cmecho_rs_cm_event(
                 // meanwhile: no event of it uses the box after this; its
                 // context is cleared first all the same.
                 unsafe {
-                    ffi::cmecho_cm_set_context(id.as_ptr(), ptr::null_mut());
+                    (*id.as_ptr()).context = ptr::null_mut();
                     s.free();
                 }
             }

@@ -55,7 +55,7 @@ impl<H: ConnHandler> Conn<H> {
             // SAFETY: `raw` is the live new id of this CONNECT_REQUEST, which
             // this connection owns (`inner.id`); its events go to the new sink
             // from now on.
-            unsafe { ffi::cmecho_cm_set_context(raw, sink.as_ctx()) };
+            unsafe { (*raw).context = sink.as_ctx() };
             self.inner.lock().sink = Some(sink);
             // The guarantee on the passive side: the new id gets its parameters
             // now, before its QP exists and before the accept.

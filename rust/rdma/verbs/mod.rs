@@ -85,6 +85,15 @@ pub(crate) struct QpAttrs {
     pub(crate) path_mtu: u32,
 }
 
+/// The bytes of an `enum ib_mtu` (`ib_mtu_enum_to_int`, a static inline): 256
+/// for `IB_MTU_256` doubling up to 4096; 0 for a value the kernel does not define.
+fn mtu_bytes(mtu: ffi::ib_mtu) -> u32 {
+    match mtu {
+        ffi::IB_MTU_256..=ffi::IB_MTU_4096 => 256 << (mtu - ffi::IB_MTU_256),
+        _ => 0,
+    }
+}
+
 impl QpAttrs {
     /// The state's name (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`; `?`
     /// for a value the kernel does not define).
@@ -177,8 +186,9 @@ impl<C: Completion> ResPtr<C> {
     unsafe fn build(id: &IdPtr, ctx: *const C, cfg: &QpConfig) -> Result<Self> {
         let idp = id.as_ptr();
         let idn = NonNull::new(idp).ok_or(EINVAL)?;
-        // SAFETY: `id` is live by its type invariant.
-        let dev = NonNull::new(unsafe { ffi::cmecho_cm_device(idp) }).ok_or(ENODEV)?;
+        // SAFETY: `id` is live by its type invariant; its device is set once the
+        // address is resolved (or the request arrived), before any QP.
+        let dev = NonNull::new(unsafe { (*idp).device }).ok_or(ENODEV)?;
         let nr_cqe = cfg
             .max_send_wr
             .checked_add(cfg.max_recv_wr)
@@ -230,9 +240,9 @@ impl<C: Completion> ResPtr<C> {
         // `pd` and `cq` are live and outlive the QP (`destroy`).
         to_result(unsafe { ffi::rdma_create_qp(idp, pd.0.as_ptr(), &mut init) })?;
         // SAFETY: `id` is live; `rdma_create_qp` set its QP.
-        let qp = NonNull::new(unsafe { ffi::cmecho_cm_qp(idp) }).ok_or(EINVAL)?;
-        // SAFETY: `pd` is live.
-        let lkey = unsafe { ffi::cmecho_pd_lkey(pd.0.as_ptr()) };
+        let qp = NonNull::new(unsafe { (*idp).qp }).ok_or(EINVAL)?;
+        // SAFETY: `pd` is live; its DMA lkey is set when it is allocated.
+        let lkey = unsafe { (*pd.0.as_ptr()).local_dma_lkey };
         // INVARIANT: As built above; the id is the caller's.
         Ok(Self {
             id: idn,
@@ -278,21 +288,29 @@ impl<C: Completion> ResPtr<C> {
 
     /// What the provider reports for the QP (`ib_query_qp`).
     pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
-        let mut a = QpAttrs::default();
-        // SAFETY: The QP is live by the type invariant; the out pointers are valid.
+        let mut attr: ffi::ib_qp_attr = Zeroable::zeroed();
+        let mut init: ffi::ib_qp_init_attr = Zeroable::zeroed();
+        let mask = ffi::IB_QP_STATE
+            | ffi::IB_QP_TIMEOUT
+            | ffi::IB_QP_RETRY_CNT
+            | ffi::IB_QP_RNR_RETRY
+            | ffi::IB_QP_MIN_RNR_TIMER
+            | ffi::IB_QP_PATH_MTU;
+        // SAFETY: The QP is live by the type invariant; `attr` and `init` are
+        // writable, and the provider fills in no more than their layouts.
         to_result(unsafe {
-            ffi::cmecho_qp_query(
-                self.qp.as_ptr(),
-                &mut a.qp_num,
-                &mut a.state,
-                &mut a.timeout,
-                &mut a.retry_cnt,
-                &mut a.rnr_retry,
-                &mut a.min_rnr_timer,
-                &mut a.path_mtu,
-            )
+            ffi::ib_query_qp(self.qp.as_ptr(), &mut attr, mask as c_int, &mut init)
         })?;
-        Ok(a)
+        Ok(QpAttrs {
+            // SAFETY: The QP is live by the type invariant.
+            qp_num: unsafe { ffi::cmecho_qp_num(self.qp.as_ptr()) },
+            state: u8::try_from(attr.qp_state).unwrap_or(u8::MAX),
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            min_rnr_timer: attr.min_rnr_timer,
+            path_mtu: mtu_bytes(attr.path_mtu),
+        })
     }
 
     /// Allocates and DMA-maps buffer slot `idx` of `len` bytes; `remote` gives it a

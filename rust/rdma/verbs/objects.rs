@@ -34,8 +34,15 @@ impl Pd {
 impl Drop for Pd {
     fn drop(&mut self) {
         // SAFETY: Live by the type invariant; whatever used it (MRs, the QP) is
-        // gone first, as the owners below order their fields.
-        unsafe { ffi::cmecho_pd_free(self.0.as_ptr()) };
+        // gone first, as the owners below order their fields. A kernel PD has no
+        // user data (`ib_dealloc_pd`, a static inline, passes none either).
+        let r = unsafe { ffi::ib_dealloc_pd_user(self.0.as_ptr(), core::ptr::null_mut()) };
+        // The kernel's own wrapper warns too, once: a kernel PD's free does not
+        // fail.
+        static WARNED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+        if r != 0 && !WARNED.swap(true, core::sync::atomic::Ordering::Relaxed) {
+            kernel::warn_on!(true);
+        }
     }
 }
 
@@ -92,6 +99,7 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: Live by the type invariant; the QP that used it is destroyed
         // first (`ResPtr::destroy`). A failure leaves nothing to do.
-        let _ = unsafe { ffi::cmecho_mr_free(self.0.as_ptr()) };
+        // A kernel MR has no user data (`ib_dereg_mr`, a static inline).
+        let _ = unsafe { ffi::ib_dereg_mr_user(self.0.as_ptr(), core::ptr::null_mut()) };
     }
 }
