@@ -4,12 +4,13 @@
  * conn/, listener.rs, workqueue.rs).
  *
  * rdma_create_id() and alloc_workqueue() are macros, get_net()/put_net() static
- * inlines, and the structs the CM hands out (events, ids with their routes) have
- * no Rust layout. The helpers here make those calls (with the port space and QP
- * type Rust chooses) and read or set single fields;
- * none keeps anything between calls. The order of the CM calls, the meaning of event
- * codes, the addresses and the connection parameters are Rust's (rust/rdma/),
- * from the kernel's own declarations.
+ * inlines; struct net and the id's route (its path record, its address as
+ * printk prints it) have no Rust layout. The helpers here make those calls
+ * (with the port space and QP type Rust chooses) and read single fields; none
+ * keeps anything between calls. Events and the id's context, device and QP
+ * Rust reads from bindgen's layouts. The order of the CM calls, the meaning of
+ * event codes, the addresses and the connection parameters are Rust's
+ * (rust/rdma/), from the kernel's own declarations.
  */
 #include <linux/err.h>
 #include <linux/minmax.h>

@@ -3,8 +3,8 @@
  * C helpers of cmecho: the RDMA CM and verbs entry points the Rust side cannot
  * call directly (macros, static inlines, fields of structs without a Rust
  * layout). Scalars and pointers cross the boundary; the structs Rust lays out
- * (struct ib_cqe, the QP's init attributes, the connection parameters) it takes
- * from the kernel's headers. The kernel's exported
+ * (events, work completions and requests, the id, the QP's attributes, the
+ * connection parameters) it takes from the kernel's headers. The kernel's exported
  * functions, enums and plain structs need no helper: bindgen takes them from the
  * kernel's headers (cmecho_bindgen.h), and Rust calls and builds them itself.
  *
@@ -31,6 +31,8 @@ struct ib_cq;
 struct ib_qp;
 struct ib_mr;
 struct ib_cqe;
+struct ib_recv_wr;
+struct ib_send_wr;
 struct workqueue_struct;
 struct dentry;
 struct seq_file;
@@ -70,9 +72,7 @@ void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);
 /* @access: enum ib_access_flags. */
 int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, u32 access,
 		    struct ib_cqe *cqe, u32 *rkey, u64 *addr);
-int cmecho_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey);
-/* @opcode: enum ib_wr_opcode; @send_flags: enum ib_send_flags. */
-int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u32 opcode, int send_flags, u64 addr,
-		     u32 len, u32 lkey, u64 raddr, u32 rkey);
+int cmecho_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
+int cmecho_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
 
 #endif /* CMECHO_HELPERS_H */

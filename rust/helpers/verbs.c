@@ -3,12 +3,11 @@
  * Verbs helpers for cmecho's Rust layer (rust/rdma/verbs/, cq.rs).
  *
  * Only what Rust cannot call: macros (ib_alloc_pd, ib_alloc_cq), static inlines
- * (ib_dealloc_pd, ib_dereg_mr, the ib_dma_* family, ib_post_send/ib_post_recv)
- * and fields of structs the Rust side has no layout for (the CM id's device and
- * QP, the PD's lkey, a work completion, the attributes ib_query_qp fills in, the
- * work requests Rust has no layout for). The helpers keep nothing between
- * calls; the objects, their bounds checks and their teardown order belong to
- * rust/rdma/verbs/.
+ * (the ib_dma_* family, ib_post_send/ib_post_recv, the rkey update of a
+ * registration) and the number of a QP, whose struct Rust has no layout for.
+ * Rust builds the work requests, reads completions, queries QPs and frees PDs
+ * and MRs itself. The helpers keep nothing between calls; the objects, their
+ * bounds checks and their teardown order belong to rust/rdma/verbs/.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
@@ -92,33 +91,13 @@ int cmecho_post_reg(struct ib_qp *qp, struct ib_mr *mr, u64 dma, u32 len, u32 ac
 	return 0;
 }
 
-/* Posts a receive of @len bytes at DMA address @addr, completing through @cqe. */
-int cmecho_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr, u32 len, u32 lkey)
+/* ib_post_recv() and ib_post_send(): Rust builds the requests. */
+int cmecho_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr)
 {
-	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ib_recv_wr wr = { .wr_cqe = cqe, .sg_list = &sge, .num_sge = 1 };
-
-	return ib_post_recv(qp, &wr, NULL);
+	return ib_post_recv(qp, wr, NULL);
 }
 
-/*
- * Posts a send-queue work request of @opcode (enum ib_wr_opcode) with
- * @send_flags (enum ib_send_flags) on @len bytes at DMA address @addr; for an
- * RDMA READ or WRITE, between them and the peer's @raddr/@rkey (ignored
- * otherwise).
- */
-int cmecho_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u32 opcode, int send_flags, u64 addr,
-		     u32 len, u32 lkey, u64 raddr, u32 rkey)
+int cmecho_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)
 {
-	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ib_rdma_wr wr = {
-		.wr = {
-			.wr_cqe = cqe, .sg_list = &sge, .num_sge = 1,
-			.opcode = opcode, .send_flags = send_flags,
-		},
-		.remote_addr = raddr,
-		.rkey = rkey,
-	};
-
-	return ib_post_send(qp, &wr.wr, NULL);
+	return ib_post_send(qp, wr, NULL);
 }

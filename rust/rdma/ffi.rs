@@ -13,8 +13,13 @@
 //! as it may be null.
 //!
 //! Foreign structs the layer only points to get no Rust layout: the generated
-//! declarations use the opaque types below for them (and
-//! `bindings::workqueue_struct` for the kernel's workqueue).
+//! declarations use the opaque types below for them (and `bindings::atomic_t`
+//! and `bindings::workqueue_struct`). The structs it reads or builds
+//! (`rdma_cm_event`, `rdma_cm_id`, `ib_wc`, `ib_pd`, `ib_qp_attr`, the work
+//! requests) are laid out in full, but for the members nothing reads that would
+//! take in many more kernel types (an id's route, a PD's restrack entry, address
+//! handles): bindgen gives those their size and alignment and no fields
+//! (`--opaque-type` in `Kbuild`).
 //!
 //! One thing stays by hand, and the build checks it: the enum constants are
 //! re-typed for their users (the build fails if a value does not fit). The

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Posting work requests: receives, SENDs, RDMA READs and WRITEs, each with
-//! its tag, buffer, offset and length checked before C sees them.
+//! its tag, buffer, offset and length checked before the device sees them.
 
 use super::*;
+use kernel::ffi::c_int;
 
 /// Every work request of the send queue but a registration is signaled: its
 /// completion is what tells the connection the buffer is free again.
@@ -16,9 +17,22 @@ impl<C: Completion> ResPtr<C> {
     /// flight: a tag's requests that write a buffer write one at a time.
     pub(crate) fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
         let post = |cqe, addr| {
+            let mut sge = ffi::ib_sge {
+                addr,
+                length: len,
+                lkey: self.lkey,
+            };
+            let wr = ffi::ib_recv_wr {
+                __bindgen_anon_1: ffi::ib_recv_wr__bindgen_ty_1 { wr_cqe: cqe },
+                sg_list: &mut sge,
+                num_sge: 1,
+                ..Zeroable::zeroed()
+            };
             // SAFETY: The QP is live by the type invariant; `addr..addr + len` is
-            // in a mapped buffer of its PD, and `cqe` lives until the QP is drained.
-            unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), cqe, addr, len, self.lkey) }
+            // in a mapped buffer of its PD, and `cqe` lives until the QP is
+            // drained. The provider copies the request and its SGE before it
+            // returns.
+            unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), &wr) }
         };
         // SAFETY: `post` posts one receive of `len` bytes at `addr`, or none when
         // it fails.
@@ -100,7 +114,7 @@ impl<C: Completion> ResPtr<C> {
 
     /// Posts one signaled send-queue work request of `opcode` on `len` bytes
     /// at DMA address `addr`, and for an RDMA READ or WRITE the peer's
-    /// `raddr`/`rkey`; the C helper's return value.
+    /// `raddr`/`rkey`; `ib_post_send`'s return value.
     ///
     /// # Safety
     ///
@@ -116,20 +130,29 @@ impl<C: Completion> ResPtr<C> {
         raddr: u64,
         rkey: u32,
     ) -> kernel::ffi::c_int {
-        // SAFETY: The QP is live by the type invariant; `cqe` and the buffer
-        // are valid by the caller's guarantee.
-        unsafe {
-            ffi::cmecho_post_send(
-                self.qp.as_ptr(),
-                cqe,
+        let mut sge = ffi::ib_sge {
+            addr,
+            length: len,
+            lkey: self.lkey,
+        };
+        let wr = ffi::ib_rdma_wr {
+            wr: ffi::ib_send_wr {
+                __bindgen_anon_1: ffi::ib_send_wr__bindgen_ty_1 { wr_cqe: cqe },
+                sg_list: &mut sge,
+                num_sge: 1,
                 opcode,
-                SIGNALED,
-                addr,
-                len,
-                self.lkey,
-                raddr,
-                rkey,
-            )
-        }
+                send_flags: SIGNALED as c_int,
+                ..Zeroable::zeroed()
+            },
+            remote_addr: raddr,
+            rkey,
+        };
+        // SAFETY: The QP is live by the type invariant; `cqe` and the buffer
+        // are valid by the caller's guarantee. The provider copies the request
+        // and its SGE before it returns; the verbs core reads `raddr`/`rkey`
+        // from the `ib_rdma_wr` around `wr` for an RDMA READ or WRITE only.
+        // The pointer is to the whole `ib_rdma_wr`, which the provider reaches
+        // from `wr` (`container_of`), not to its first member alone.
+        unsafe { ffi::cmecho_post_send(self.qp.as_ptr(), (&raw const wr).cast()) }
     }
 }
