@@ -69,8 +69,11 @@ module! {
     },
 }
 
-extern "C" {
-    fn cmtime_addr() -> *const kernel::ffi::c_char;
+/// The C side's functions (`samples/cmtime.h`), as bindgen declares them (`Kbuild`).
+#[allow(unreachable_pub, reason = "bindgen's output: `pub` items")]
+mod c {
+    use kernel::ffi;
+    include!(env!("CMECHO_SAMPLE_FFI"));
 }
 
 /// The steps timed, in order.
@@ -355,7 +358,7 @@ impl kernel::Module for CmTime {
         };
         // SAFETY: `cmtime_addr` returns the module parameter's NUL-terminated buffer,
         // which lives as long as the module.
-        let addr = unsafe { CStr::from_char_ptr(cmtime_addr()) };
+        let addr = unsafe { CStr::from_char_ptr(c::cmtime_addr()) };
         let run = Arc::pin_init(
             try_pin_init!(Run {
                 net: NetNs::current()?,

@@ -58,8 +58,11 @@ module! {
     },
 }
 
-extern "C" {
-    fn misuse_addr() -> *const kernel::ffi::c_char;
+/// The C side's functions (`samples/misuse.h`), as bindgen declares them (`Kbuild`).
+#[allow(unreachable_pub, reason = "bindgen's output: `pub` items")]
+mod c {
+    use kernel::ffi;
+    include!(env!("CMECHO_SAMPLE_FFI"));
 }
 
 /// The misuses, by `case`: name and the errno the layer must answer with.
@@ -258,7 +261,7 @@ impl ListenHandler for Server {
 fn commit(case: u32) -> Result<Result> {
     // SAFETY: `misuse_addr` returns the module parameter's NUL-terminated buffer,
     // which lives as long as the module.
-    let addr = unsafe { CStr::from_char_ptr(misuse_addr()) };
+    let addr = unsafe { CStr::from_char_ptr(c::misuse_addr()) };
     let port = module_parameters::port.value();
     let f = Arc::pin_init(
         pin_init!(Findings {
