@@ -73,7 +73,7 @@ module! {
 #[allow(unreachable_pub, reason = "bindgen's output: `pub` items")]
 mod c {
     use kernel::ffi;
-    include!(env!("CMECHO_SAMPLE_FFI"));
+    include!(env!("CMECHO_C_FFI"));
 }
 
 /// The steps timed, in order.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# The misuse sample commits, one load per case, a call that cmecho's rdma layer
+# The misuse fixture (misuse/misuse.rs) commits, one load per case, a call that cmecho's rdma layer
 # lets a ULP write but must refuse: close_and_wait from a connection's own CM
 # handler (the passive side's setup and accepted), its own completion or its
 # own with_res closure; two connections' completions each close_and_wait-ing
@@ -9,7 +9,7 @@
 # disconnect_and_wait from a CM handler (it would wait for the DISCONNECTED
 # that handler holds up). Each
 # must come back with its errno, not hang (the hung-task detector would panic
-# the guest), and leave no RDMA resource of the sample behind.
+# the guest), and leave no RDMA resource of the fixture behind.
 . "$(dirname "$0")/lib.sh"
 
 CASES="setup accepted connect completion with_res cycle connect_in_handler nested_with_res
@@ -19,8 +19,8 @@ ktap_set_plan 20
 dmesg_mark
 net_setup || ktap_print_msg "network setup failed"
 
-# The sample's RDMA resources still listed by `rdma res show` (lib.sh's
-# res_of: cmecho is not loaded here, so the CM's QPs are the sample's).
+# The fixture's RDMA resources still listed by `rdma res show` (lib.sh's
+# res_of: cmecho is not loaded here, so the CM's QPs are the fixture's).
 misuse_left() {
 	local kind line
 	for kind in cm_id qp cq pd mr; do
@@ -42,7 +42,7 @@ for c in $CASES; do
 	ktap_check "case $i ($c): no cm_id, qp, cq, pd or mr of the sample left" test -z "$left"
 	i=$((i + 1))
 done
-# The sample logs the errno it got; the refusals name the right ones.
+# The fixture logs the errno it got; the refusals name the right ones.
 ktap_check "the cases that would wait for themselves answered EDEADLK" \
 	test "$(dmesg_since | grep -c 'cmecho_misuse: case [01345678] .*refused with EDEADLK')" = 8
 net_cleanup

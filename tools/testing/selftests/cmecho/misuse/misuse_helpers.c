@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C side of the misuse sample: cmecho's own C helpers, compiled again into this
+ * C side of the misuse fixture (misuse.sh): cmecho's own C helpers, compiled again into this
  * module from the same sources, plus the string module parameter.
  */
 #include <linux/moduleparam.h>
 
-#include "../rust/helpers/cm.c"
-#include "../rust/helpers/verbs.c"
-#include "../rust/helpers/debugfs.c"
+#include "../../../../../rust/helpers/cm.c"
+#include "../../../../../rust/helpers/verbs.c"
+#include "../../../../../rust/helpers/debugfs.c"
 #include "misuse.h"
 
 static char addr[64] = "10.77.0.1";

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! misuse: a third-party ULP doing what cmecho's `rdma` layer must refuse.
+//! misuse: a third-party ULP doing what cmecho's `rdma` layer must refuse; the
+//! fixture of `misuse.sh`.
 //!
 //! Each misuse is a call the layer's safe API allows to be written; none may hang,
 //! leak or corrupt anything: the layer refuses it with an errno and the connection
@@ -25,7 +26,7 @@
 //!
 //! Load fails with `EINVAL` unless the misuse was refused with the expected errno.
 
-#[path = "../rust/rdma/mod.rs"]
+#[path = "../../../../../rust/rdma/mod.rs"]
 #[allow(dead_code, reason = "the sample uses part of the layer")]
 mod rdma;
 
@@ -58,11 +59,11 @@ module! {
     },
 }
 
-/// The C side's functions (`samples/misuse.h`), as bindgen declares them (`Kbuild`).
+/// The C side's functions (`misuse.h`), as bindgen declares them (`Kbuild`).
 #[allow(unreachable_pub, reason = "bindgen's output: `pub` items")]
 mod c {
     use kernel::ffi;
-    include!(env!("CMECHO_SAMPLE_FFI"));
+    include!(env!("CMECHO_C_FFI"));
 }
 
 /// The misuses, by `case`: name and the errno the layer must answer with.
