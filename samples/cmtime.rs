@@ -173,7 +173,7 @@ impl Run {
     /// Waits at gate `k` until every live connection has reached it (`at_once`).
     ///
     /// Gives up with `ECONNABORTED` as soon as `open()` is false: a close or a
-    /// device removal of the connection waits for `Conn::connect`, so for this
+    /// device removal of the connection waits for `Connector::connect`, so for this
     /// hook, and must not wait for the others too.
     fn pass(&self, k: usize, open: impl Fn() -> bool) -> Result {
         let mut g = self.st.lock();
@@ -311,8 +311,9 @@ fn time_one(run: &Arc<Run>) -> Result<[i64; STEPS.len()]> {
         max_send_wr: 1,
         max_recv_wr: 1,
     };
-    let conn = Conn::new_active(Ok::<_, Error>(Timed::new(run.clone())), run.params)?;
-    if let Err(e) = conn.connect(&run.net, run.addr, module_parameters::port.value(), qp) {
+    let connector = Conn::new_active(Ok::<_, Error>(Timed::new(run.clone())), run.params)?;
+    let conn = connector.conn().clone();
+    if let Err(e) = connector.connect(&run.net, run.addr, module_parameters::port.value(), qp) {
         pr_warn!("connect failed at {}: {:?}\n", e.step, e.err);
         return Err(e.err);
     }

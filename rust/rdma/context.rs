@@ -2,14 +2,24 @@
 
 //! Which task runs which callback of this layer.
 //!
-//! The calls that wait for CM handlers or completions ([`Conn::connect`],
+//! The calls that wait for CM handlers or completions ([`Connector::connect`],
 //! [`Conn::close_and_wait`]) must not run from a callback of this layer, nor
 //! from a [`Conn::with_res`] closure: the wait could be for the very callback
 //! that makes it, or for one that waits for it. This module records the tasks
 //! running such code, as addresses compared only with `current`, so that those
 //! calls can refuse them with `EDEADLK`.
 //!
-//! [`Conn::connect`]: super::Conn::connect
+//! Why at run time, and not by a token of process context the blocking calls
+//! would take: whether a call runs inside a callback is a property of the task,
+//! not of the values it holds. A callback holds the same `Arc<Conn>` that
+//! process context holds, and the kernel hands a module's own entry points
+//! (its init, configfs, its work items) no token the layer could ask for; a
+//! safe way to make one would be this same check. What the types can say,
+//! they say: only a [`Connector`] connects, once (`build_fail/` of the
+//! selftests shows the misuses that no longer compile).
+//!
+//! [`Connector`]: super::Connector
+//! [`Connector::connect`]: super::Connector::connect
 //! [`Conn::close_and_wait`]: super::Conn::close_and_wait
 //! [`Conn::with_res`]: super::Conn::with_res
 

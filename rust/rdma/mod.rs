@@ -40,7 +40,7 @@
 //!   [`Conn::new_active`] (active side) or [`Listener::listen`] (passive side).
 //! - No type here exposes the CM id or a setter: after `connect` or `listen`
 //!   returns there is no way left to change a parameter.
-//! - [`Conn::connect`] applies the ack timeout, min RNR timer and type of service
+//! - [`Connector::connect`] applies the ack timeout, min RNR timer and type of service
 //!   right after creating the id, before `rdma_resolve_addr()` and so before
 //!   `rdma_resolve_route()` and `rdma_connect()`. Retry counts, depths and ECE go
 //!   with the connect itself.
@@ -53,7 +53,7 @@
 //! own event handler ([`Conn::close`] defers to the module's workqueue), and on
 //! `DEVICE_REMOVAL` a connection releases its QP resources and hands its id back
 //! to the CM for destruction, so removing a device does not wait for the ULP to
-//! close its connections. It waits only for a [`Conn::connect`] under way on
+//! close its connections. It waits only for a [`Connector::connect`] under way on
 //! the device (and its [`ConnHandler::before_step`] hook) to return.
 
 mod conn;
@@ -81,7 +81,7 @@ mod workqueue;
     reason = "each module that builds the layer uses a part of it"
 )]
 pub(crate) use {
-    conn::{Conn, ConnHandler, ConnState, ConnectStep, EndReason},
+    conn::{Conn, ConnHandler, ConnState, ConnectStep, Connector, EndReason},
     cq::WcError,
     error::{log_ratelimit, StepError},
     event::EventKind,

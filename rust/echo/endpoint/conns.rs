@@ -208,7 +208,8 @@ pub(in crate::echo) fn spawn_connect<H: EchoConn>(
     handler: impl PinInit<H, Error>,
     qp: QpConfig,
 ) -> Result {
-    let conn = Conn::new_active(handler, cfg.conn_params())?;
+    let connector = Conn::new_active(handler, cfg.conn_params())?;
+    let conn = connector.conn().clone();
     if shared.keep(conn.clone(), false).is_err() {
         return Err(ECONNABORTED);
     }
@@ -219,10 +220,12 @@ pub(in crate::echo) fn spawn_connect<H: EchoConn>(
     let r = crate::rdma::spawn(move || {
         let enabled = sh.inner.lock().enabled;
         let res = if enabled {
-            conn.connect(&sh.net, addr.as_cstr(), port, qp).map(|()| {
-                let c: Arc<dyn EpConn> = conn.clone();
-                sh.connected(&c)
-            })
+            connector
+                .connect(&sh.net, addr.as_cstr(), port, qp)
+                .map(|()| {
+                    let c: Arc<dyn EpConn> = conn.clone();
+                    sh.connected(&c)
+                })
         } else {
             conn.close();
             Ok(())

@@ -19,6 +19,40 @@ use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
+/// The right to connect an active-side connection, once: what
+/// [`Conn::new_active`] returns.
+///
+/// An accepted connection has none, and [`Connector::connect`] consumes it, so
+/// connecting an accepted connection, or connecting twice, does not compile.
+/// [`Connector::conn`] is the connection itself, to keep (a clone of the `Arc`),
+/// to close from elsewhere while it connects, or to use after.
+///
+/// # Invariants
+///
+/// The connection was made by [`Conn::new_active`], and no [`Conn::connect`]
+/// has started on it.
+pub(crate) struct Connector<H: ConnHandler>(pub(super) Arc<Conn<H>>);
+
+impl<H: ConnHandler> Connector<H> {
+    /// The connection to be connected.
+    pub(crate) fn conn(&self) -> &Arc<Conn<H>> {
+        &self.0
+    }
+
+    /// Connects to `addr`:`port` from namespace `net`, blocking until
+    /// established: [`Conn::connect`], whose documentation says what it does,
+    /// what a failure leaves and where it may be called.
+    pub(crate) fn connect(
+        self,
+        net: &NetNs,
+        addr: &CStr,
+        port: u16,
+        qp: QpConfig,
+    ) -> Result<(), StepError> {
+        self.0.connect(net, addr, port, qp)
+    }
+}
+
 impl<H: ConnHandler> Conn<H> {
     /// Connects to `addr`:`port` from namespace `net`, blocking until established.
     ///
@@ -29,10 +63,13 @@ impl<H: ConnHandler> Conn<H> {
     /// `ESTABLISHED` came it succeeds, even when the connection failed or closed
     /// before this task woke up: its handler (`ended`, completions) says why. Must be
     /// called from process context (it sleeps): `EDEADLK` from a callback of this
-    /// layer (a CM event or a completion) or a [`Conn::with_res`] closure. Only a
-    /// connection made by [`Conn::new_active`] connects, once: `EINVAL` for an
-    /// accepted one, `ECONNABORTED` for a second call.
-    pub(crate) fn connect(
+    /// layer (a CM event or a completion) or a [`Conn::with_res`] closure.
+    ///
+    /// Reached only through [`Connector::connect`], so only a connection made
+    /// by [`Conn::new_active`] connects, and once; the state table refuses
+    /// anything else all the same (`EINVAL` on the passive side,
+    /// `ECONNABORTED` for a second start).
+    pub(super) fn connect(
         self: &Arc<Self>,
         net: &NetNs,
         addr: &CStr,

@@ -2,7 +2,7 @@
 
 //! One RC connection: a CM id with its QP, CQ, PD and buffers, and its state.
 //!
-//! A [`Conn`] is made active ([`Conn::new_active`], then [`Conn::connect`]) or
+//! A [`Conn`] is made active ([`Conn::new_active`], then [`Connector::connect`]) or
 //! passive (by a [`Listener`] inside a connect request), and is released by
 //! [`Conn::close`] or [`Conn::close_and_wait`], by its ULP, whatever happened
 //! to it before.
@@ -26,7 +26,7 @@
 //! is held, the release (`close_now`, run by [`Conn::close`]'s work item,
 //! [`Conn::close_and_wait`], or the lender when it ends) or, on
 //! `DEVICE_REMOVAL`, the CM, to which the handler gives it back. After
-//! `ESTABLISHED`, [`Conn::connect`] succeeds whatever follows.
+//! `ESTABLISHED`, [`Connector::connect`] succeeds whatever follows.
 //!
 //! [`Listener`]: super::Listener
 //! [`Listener::stop`]: super::Listener::stop
@@ -61,7 +61,7 @@
 //! its `res` too when [`Conn::disconnect_and_wait`] is called from a closure:
 //! that wait is bounded, and the `DISCONNECTED` handler needs only `inner`.
 //!
-//! The calls that wait for CM handlers or completions ([`Conn::connect`],
+//! The calls that wait for CM handlers or completions ([`Connector::connect`],
 //! [`Conn::close_and_wait`]) fail with `EDEADLK` from any callback of this
 //! layer and any [`Conn::with_res`] closure, [`Conn::disconnect_and_wait`]
 //! from any callback (its wait is bounded, so a closure outside a callback may
@@ -86,6 +86,7 @@ use super::ffi;
 use super::id::{IdPtr, SinkPtr};
 use super::params::{ConnParams, Ece, PrivateData};
 use super::verbs::{self, QpAttrs, QpConfig};
+pub(crate) use connect::Connector;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
@@ -124,7 +125,7 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     /// The connection ended after being established. Called at most once.
     fn ended(&self, conn: &Conn<Self>, reason: EndReason);
 
-    /// [`Conn::connect`] is about to start `step`: called on the connecting task,
+    /// [`Connector::connect`] is about to start `step`: called on the connecting task,
     /// in [`ConnectStep`] order, with no lock of this layer held, so it may sleep.
     /// An error fails the connect at that step. Optional: the default does
     /// nothing. A ULP that times the steps, or holds many connections at each
@@ -135,7 +136,7 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
         Ok(())
     }
 
-    /// The private data [`Conn::connect`] sends with its connect request (the
+    /// The private data [`Connector::connect`] sends with its connect request (the
     /// ULP's format; the peer's listener reads it in
     /// [`ConnectRequest::private_data`]). Optional: the default sends none.
     ///
@@ -154,7 +155,7 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     fn accept_failed(&self, _conn: &Conn<Self>, _err: StepError) {}
 }
 
-/// The steps of [`Conn::connect`], in the order it runs them.
+/// The steps of [`Connector::connect`], in the order it runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ConnectStep {
     /// `rdma_create_id` and the parameters that must precede route resolution.
@@ -233,8 +234,8 @@ struct ConnInner<H: ConnHandler> {
 
 /// One RC connection: a CM id with its QP, CQ, PD and buffers.
 ///
-/// Created by [`Conn::connect`] (active side) or by a [`Listener`] (passive side);
-/// released by [`Conn::close`].
+/// Created by [`Conn::new_active`] (active side) or by a [`Listener`] (passive
+/// side); released by [`Conn::close`].
 ///
 /// # Invariants
 ///
@@ -327,14 +328,15 @@ impl<H: ConnHandler> Conn<H> {
         Ok(conn)
     }
 
-    /// Creates an active-side connection that [`Conn::connect`] then connects.
+    /// Creates an active-side connection, and the [`Connector`] that connects it.
     ///
     /// `params` are the connection's for good: nothing can change them later.
     pub(crate) fn new_active(
         handler: impl PinInit<H, Error>,
         params: ConnParams,
-    ) -> Result<Arc<Self>> {
-        Self::new(handler, params, Phase::active())
+    ) -> Result<Connector<H>> {
+        // INVARIANT: Just made, active, and not connecting.
+        Ok(Connector(Self::new(handler, params, Phase::active())?))
     }
 
     /// Creates a passive-side connection for a connect request whose peer sent
@@ -459,7 +461,7 @@ impl<H: ConnHandler> Conn<H> {
     /// meanwhile, and may use the rest of the connection. What could wait for
     /// that lock, or for this connection's completions, from within `f` fails
     /// with `EDEADLK`: a nested `with_res` of any connection (or
-    /// [`Conn::qp_attrs`]), [`Conn::close_and_wait`] and [`Conn::connect`];
+    /// [`Conn::qp_attrs`]), [`Conn::close_and_wait`] and [`Connector::connect`];
     /// [`Listener::stop`] defers. [`Conn::close`] from `f` closes after it.
     pub(crate) fn with_res<R>(
         &self,

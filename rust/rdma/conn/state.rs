@@ -71,7 +71,7 @@ use kernel::prelude::*;
 /// Which side made the connection. Fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
-    /// Made by [`super::Conn::new_active`]; [`super::Conn::connect`] sets it up.
+    /// Made by [`super::Conn::new_active`]; [`super::Connector::connect`] sets it up.
     Active,
     /// Made by a listener for a connect request, which accepts it.
     Passive,

@@ -23,8 +23,9 @@ const ESTABLISHED_WAIT_MS: u32 = 10_000;
 impl<H: ConnHandler> Conn<H> {
     /// Starts a disconnect; the QP flushes and the peer sees `DISCONNECTED`.
     /// The connection is no longer [open](Conn::is_open). Before it is
-    /// established, a disconnect gives the connection up: a [`Conn::connect`]
-    /// under way (or to come) fails with `ECONNABORTED`, an accept under way
+    /// established, a disconnect gives the connection up: a
+    /// [`Connector::connect`](super::Connector::connect) under way (or to
+    /// come) fails with `ECONNABORTED`, an accept under way
     /// releases it, and no resolution is repeated.
     pub(crate) fn disconnect(&self) {
         let mut g = self.inner.lock();
@@ -91,7 +92,8 @@ impl<H: ConnHandler> Conn<H> {
     /// Process context only; `EDEADLK` from within any callback of this layer
     /// (a CM event of any id, `setup` and `accepted` on the passive side, a
     /// completion of any connection), from any [`Conn::with_res`] closure, and
-    /// from this connection's own `setup` in [`Conn::connect`].
+    /// from this connection's own `setup` in
+    /// [`Connector::connect`](super::Connector::connect).
     /// Closing waits for the CM handlers (`rdma_destroy_id`), for `connect` or
     /// the accept's work item, and drains the completions: from a callback,
     /// two connections each closing the other would wait for each other.
