@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # The guest side of `make demo`: runs inside the VM as root.
 set -u
 cd "$(dirname "$0")/.." || exit 1

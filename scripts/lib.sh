@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Shared settings for cmecho's scripts: where the cache lives and which tools to use.
 # Source it; it defines variables and functions only.
 CMECHO_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
