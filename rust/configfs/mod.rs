@@ -153,6 +153,19 @@ fn opt_number<T: TryFrom<u64>>(page: &[u8], l: &'static Limit) -> Result<Option<
     T::try_from(v).map(Some).map_err(|_| bad)
 }
 
+/// An optional value of a type whose constructor checks it (`new`), read as
+/// [`opt_number`] reads it; the constructor's refusal is the knob's range too.
+fn opt_value<T>(
+    page: &[u8],
+    l: &'static Limit,
+    new: impl FnOnce(u8) -> Result<T>,
+) -> Result<Option<T>, Refusal> {
+    opt_number(page, l)?
+        .map(new)
+        .transpose()
+        .map_err(|_| Refusal::Range(l, true))
+}
+
 /// Writes an optional value, `unset` for `None`.
 fn show_opt<T: core::fmt::Display>(w: &mut Formatter<'_>, v: Option<T>) -> core::fmt::Result {
     match v {
@@ -297,11 +310,7 @@ endpoint_attr!(12, show: |ep: &Endpoint, w: &mut Formatter<'_>| format::netns(ep
 endpoint_attr!(13,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.min_rnr_timer)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("min_rnr_timer", |c| {
-        const L: &Limit = &limits::MIN_RNR_TIMER;
-        c.min_rnr_timer = opt_number(page, L)?
-            .map(MinRnrTimer::new)
-            .transpose()
-            .map_err(|_| Refusal::Range(L, true))?;
+        c.min_rnr_timer = opt_value(page, &limits::MIN_RNR_TIMER, MinRnrTimer::new)?;
         Ok(())
     }),
 );
@@ -309,11 +318,7 @@ endpoint_attr!(13,
 endpoint_attr!(14,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("retry_count", |c| {
-        const L: &Limit = &limits::RETRY_COUNT;
-        c.retry_count = opt_number(page, L)?
-            .map(RetryCount::new)
-            .transpose()
-            .map_err(|_| Refusal::Range(L, true))?;
+        c.retry_count = opt_value(page, &limits::RETRY_COUNT, RetryCount::new)?;
         Ok(())
     }),
 );
@@ -321,11 +326,7 @@ endpoint_attr!(14,
 endpoint_attr!(15,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| show_opt(w, ep.config(|c| c.rnr_retry_count)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("rnr_retry_count", |c| {
-        const L: &Limit = &limits::RNR_RETRY_COUNT;
-        c.rnr_retry_count = opt_number(page, L)?
-            .map(RetryCount::new)
-            .transpose()
-            .map_err(|_| Refusal::Range(L, true))?;
+        c.rnr_retry_count = opt_value(page, &limits::RNR_RETRY_COUNT, RetryCount::new)?;
         Ok(())
     }),
 );
