@@ -3,11 +3,12 @@
 //! The text of the attributes that show what an endpoint does: `state`,
 //! `stats`, `qp_attrs`, `remote_ece`, `connections`, `last_error` and `netns`.
 //!
-//! Each function reads the endpoint once (see its readers in `crate::echo`)
+//! Each function reads the endpoint once (see its readers in `crate::echo`;
+//! `stats` reads the stats, then the QP read back for the advisor's lines)
 //! and writes the attribute's lines; the ABI is documented in
 //! `Documentation/ABI/testing/configfs-cmecho`.
 
-use crate::echo::{percentile, ConnView, Endpoint, State, StatsReading};
+use crate::echo::{advisor, percentile, ConnView, Endpoint, State, StatsReading};
 use crate::rdma::ConnState;
 
 /// Writes `state`.
@@ -30,6 +31,8 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
         active,
         mut samples,
     } = ep.read_stats();
+    // The p99 round trip, for the advisor below.
+    let mut p99_us = None;
     writeln!(w, "pings {}", s.pings)?;
     writeln!(w, "bytes {}", s.bytes)?;
     writeln!(w, "errors {}", s.errors)?;
@@ -54,6 +57,7 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
             (Some(p50), Some(p99)) => {
                 writeln!(w, "rtt_p50_us {}", p50)?;
                 writeln!(w, "rtt_p99_us {}", p99)?;
+                p99_us = Some(u64::from(p99));
             }
             // No memory to copy the samples into: say so rather than guess.
             _ => {
@@ -82,8 +86,32 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
     }
     writeln!(w, "detections {}", s.detect_n)?;
     match s.detect_n {
-        0 => writeln!(w, "detect_us -"),
-        _ => writeln!(w, "detect_us {}", s.detect_last_us),
+        0 => writeln!(w, "detect_us -")?,
+        _ => writeln!(w, "detect_us {}", s.detect_last_us)?,
+    }
+    // The ack-timeout advisor: the T these round trips ask for, and how long
+    // a dead peer takes to be noticed at it and at the QP's own T, with the
+    // QP's retry count (read back from the last established connection).
+    let qp = ep.read_back().map(|rb| rb.qp);
+    let suggested = p99_us.map(|p99| advisor::suggest(p99, s.rtt_max_us));
+    let bound = |t: Option<u8>| {
+        t.zip(qp)
+            .and_then(|(t, q)| advisor::detect_bound_ms(t, q.retry_cnt))
+    };
+    show_opt(w, "suggested_ack_timeout", suggested)?;
+    show_opt(w, "suggested_detect_bound_ms", bound(suggested))?;
+    show_opt(w, "detect_bound_ms", bound(qp.map(|q| q.timeout)))
+}
+
+/// Writes `key value`, or `key -` for none.
+fn show_opt(
+    w: &mut impl core::fmt::Write,
+    key: &str,
+    v: Option<impl core::fmt::Display>,
+) -> core::fmt::Result {
+    match v {
+        Some(v) => writeln!(w, "{} {}", key, v),
+        None => writeln!(w, "{} -", key),
     }
 }
 

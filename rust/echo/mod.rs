@@ -25,6 +25,7 @@
 //! The text of the attributes configfs shows is in `crate::configfs`.
 
 mod admission;
+pub(crate) mod advisor;
 mod config;
 mod endpoint;
 mod error_text;

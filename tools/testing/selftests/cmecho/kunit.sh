@@ -2,13 +2,13 @@
 # SPDX-License-Identifier: GPL-2.0
 # cmecho's KUnit suites (value types, CM event decoding, setup errors, port
 # text, rping wire format, native echo, stats, the connection state machine,
-# knob limits, error text) run at module load. The suites
-# checked are those in debugfs whose name starts with cmecho_, so that a new
-# one is checked with no change here; there are at least the 11 of today, so
+# knob limits, error text, the ack-timeout advisor) run at module load. The
+# suites checked are those in debugfs whose name starts with cmecho_, so that
+# a new one is checked with no change here; there are at least the 12 of today, so
 # that one that goes away (or a module loaded without its tests) fails.
 . "$(dirname "$0")/lib.sh"
 
-MIN_SUITES=11
+MIN_SUITES=12
 ktap_print_header
 dmesg_mark
 debugfs_on

@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: GPL-2.0
 # Native echo mode: sizes 1, 64, 4096 and 65536 bytes at depth 1 and 32, every
 # echo verified (sequence number and content); a duration-bounded run; the
-# stats formats (histogram, percentiles, throughput); and a client asking for a
-# larger size or depth than the server accepts, rejected with the reason.
+# stats formats (histogram, percentiles, throughput); the ack-timeout advisor
+# on a plain and a delayed path; and a client asking for a larger size or
+# depth than the server accepts, rejected with the reason.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 15
+ktap_set_plan 17
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -57,6 +58,53 @@ ktap_check "stats: min <= p50 <= p99 <= max, histogram and exact samples count e
 	h=\$(sed -n 's/^rtt_hist_lt_[0-9]*us //p' $CFS/dur/stats | paste -sd+ | bc)
 	[ \$min -le \$p50 ] && [ \$p50 -le \$p99 ] && [ \$p99 -le \$max ] && [ \$h -eq \$n ] &&
 		[ \$k -eq \$((n < 65536 ? n : 65536)) ] && [ \$run -ge 1500000 ]"
+
+# The ack-timeout advisor in stats: suggested_ack_timeout is the smallest T
+# (1..31) whose 4.096 us x 2^T covers twice rtt_p99_us and rtt_max_us; the
+# detection bounds are (retry_cnt + 1) x 4.096 us x 2^T in ms rounded up, at
+# that T and at qp_attrs' timeout, with qp_attrs' retry_cnt.
+advice_holds() {
+	local ep=$1 p99 max t qt r need b sb
+	p99=$(ep_get $ep stats rtt_p99_us) max=$(ep_get $ep stats rtt_max_us)
+	t=$(ep_get $ep stats suggested_ack_timeout)
+	qt=$(ep_get $ep qp_attrs timeout) r=$(ep_get $ep qp_attrs retry_cnt)
+	b=$(ep_get $ep stats detect_bound_ms) sb=$(ep_get $ep stats suggested_detect_bound_ms)
+	ktap_print_msg "$ep: rtt_p99_us $p99 rtt_max_us $max -> suggested_ack_timeout $t (bound $sb ms); qp timeout $qt retry_cnt $r -> detect_bound_ms $b"
+	# A "-" (no round trip, no connection) fails the check, not the program.
+	for v in "$p99" "$max" "$t" "$qt" "$r"; do
+		[[ $v =~ ^[0-9]+$ ]] || return 1
+	done
+	need=$(((2 * p99 > max ? 2 * p99 : max) * 1000))
+	[ "$t" -ge 1 ] && [ "$t" -le 31 ] || return 1
+	[ $((4096 << t)) -ge $need ] || [ "$t" = 31 ] || return 1
+	[ "$t" = 1 ] || [ $((4096 << (t - 1))) -lt $need ] || return 1
+	[ "$sb" = $((((r + 1) * (4096 << t) + 999999) / 1000000)) ] || return 1
+	[ "$b" = $((((r + 1) * (4096 << qt) + 999999) / 1000000)) ]
+}
+# The server keeps 32 receives posted: at depth 1 a client's next message can
+# beat the server's repost, and its RNR NAK waits the default min RNR timer
+# (655 ms), which a round trip then counts.
+endpoint $NS_A adv role=server mode=echo depth=32 addr=$ADDR_A port=7106 ack_timeout=20 enable=1
+endpoint $NS_B adv0 role=client mode=echo addr=$ADDR_A port=7106 count=200 enable=1
+wait_done adv0 120
+ktap_check "advisor: suggested T and detection bounds as the formula gives them from stats and qp_attrs" \
+	advice_holds adv0
+# 250 ms each way: a 500 ms round trip, which needs T = 18 or more (T = 17 is
+# 0.54 s, half of twice 500 ms); the QP's own T (20, 4.3 s) keeps it from
+# retransmitting meanwhile.
+throttle_on
+endpoint $NS_B adv1 role=client mode=echo addr=$ADDR_A port=7106 count=4 ack_timeout=20 enable=1
+wait_done adv1 120
+throttle_off
+delayed_asks_more() {
+	advice_holds adv1 || return 1
+	[ "$(<$CFS/adv1/state)" = done ] && [ "$(ep_get adv1 stats pings)" = 4 ] &&
+		[ "$(ep_get adv1 stats suggested_ack_timeout)" -ge 18 ] &&
+		[ "$(ep_get adv1 stats suggested_ack_timeout)" -gt "$(ep_get adv0 stats suggested_ack_timeout)" ]
+}
+ktap_check "advisor: a path with 250 ms of delay each way suggests a larger T, 18 or more" \
+	delayed_asks_more
+rmdir $CFS/adv0 $CFS/adv1 $CFS/adv
 
 # A client asking for more than a server accepts (64 bytes, depth 1 here) is
 # rejected at connect time with the server's limits, which it names; the
