@@ -76,19 +76,15 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
         }
         writeln!(w, "rtt_samples 0")?;
     }
-    match s.run_us {
-        0 => writeln!(w, "run_us -")?,
-        us => writeln!(w, "run_us {}", us)?,
-    }
-    match (s.run_us, s.bytes) {
-        (0, _) | (_, 0) => writeln!(w, "throughput_mbit_s -")?,
-        (us, b) => writeln!(w, "throughput_mbit_s {}", b * 8 / us)?,
-    }
+    key_or_dash(w, "run_us", (s.run_us != 0).then_some(s.run_us))?;
+    let mbit_s = match (s.run_us, s.bytes) {
+        (0, _) | (_, 0) => None,
+        (us, b) => Some(b * 8 / us),
+    };
+    key_or_dash(w, "throughput_mbit_s", mbit_s)?;
     writeln!(w, "detections {}", s.detect_n)?;
-    match s.detect_n {
-        0 => writeln!(w, "detect_us -")?,
-        _ => writeln!(w, "detect_us {}", s.detect_last_us)?,
-    }
+    let detect_us = (s.detect_n != 0).then_some(s.detect_last_us);
+    key_or_dash(w, "detect_us", detect_us)?;
     // The ack-timeout advisor: the T these round trips ask for, and how long
     // a dead peer takes to be noticed at it and at the QP's own T, with the
     // QP's retry count (read back from the last established connection).
@@ -98,13 +94,13 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
         t.zip(qp)
             .and_then(|(t, q)| advisor::detect_bound_ms(t, q.retry_cnt))
     };
-    show_opt(w, "suggested_ack_timeout", suggested)?;
-    show_opt(w, "suggested_detect_bound_ms", bound(suggested))?;
-    show_opt(w, "detect_bound_ms", bound(qp.map(|q| q.timeout)))
+    key_or_dash(w, "suggested_ack_timeout", suggested)?;
+    key_or_dash(w, "suggested_detect_bound_ms", bound(suggested))?;
+    key_or_dash(w, "detect_bound_ms", bound(qp.map(|q| q.timeout)))
 }
 
 /// Writes `key value`, or `key -` for none.
-fn show_opt(
+fn key_or_dash(
     w: &mut impl core::fmt::Write,
     key: &str,
     v: Option<impl core::fmt::Display>,
@@ -128,14 +124,8 @@ pub(super) fn qp_attrs(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fm
     writeln!(w, "rnr_retry {}", q.rnr_retry)?;
     writeln!(w, "min_rnr_timer {}", q.min_rnr_timer)?;
     writeln!(w, "path_mtu {}", q.path_mtu)?;
-    match rb.plt {
-        Some(p) => writeln!(w, "packet_life_time {}", p)?,
-        None => writeln!(w, "packet_life_time -")?,
-    }
-    match rb.tclass {
-        Some(t) => writeln!(w, "traffic_class {}", t)?,
-        None => writeln!(w, "traffic_class -")?,
-    }
+    key_or_dash(w, "packet_life_time", rb.plt)?;
+    key_or_dash(w, "traffic_class", rb.tclass)?;
     writeln!(w, "remote_ece_vendor_id {:#x}", rb.remote_ece.vendor_id)?;
     writeln!(w, "remote_ece_attr_mod {:#x}", rb.remote_ece.attr_mod)
 }
