@@ -291,6 +291,10 @@ impl ConnHandler for Timed {
     fn completion(&self, _conn: &Conn<Self>, _tag: u32, _status: Result<u32, WcError>) {}
     fn established(&self, _conn: &Conn<Self>) {}
     fn ended(&self, _conn: &Conn<Self>, _reason: EndReason) {}
+    fn endpoint_name(&self) -> &CStr {
+        c"cmtime"
+    }
+
     fn before_step(&self, conn: &Conn<Self>, step: ConnectStep) -> Result {
         let k = match step {
             ConnectStep::CreateId => 0,

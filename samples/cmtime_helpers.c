@@ -9,6 +9,9 @@
 #include "../rust/helpers/cm.c"
 #include "../rust/helpers/verbs.c"
 #include "../rust/helpers/debugfs.c"
+/* The layer's tracepoints, under this module's own trace system. */
+#define CMECHO_TRACE_SYSTEM cmecho_cmtime
+#include "../rust/helpers/trace.c"
 #include "cmtime.h"
 
 static char addr[64] = "10.77.0.1";

@@ -3,7 +3,7 @@
  * What bindgen reads to write rust/rdma/ffi_generated.rs (Kbuild): the helpers'
  * own header, and the kernel's RDMA headers (and <linux/inet.h> for address
  * parsing) for the exported functions, enums and plain structs the Rust layer
- * uses directly. Kbuild names each kernel item it
+ * uses directly, and cmecho_trace.h for the tracepoints. Kbuild names each item it
  * takes; nothing else of these headers reaches Rust. No C file includes this.
  */
 #include "cmecho_helpers.h"
@@ -12,3 +12,5 @@
 #include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
+
+#include "cmecho_trace.h"

@@ -12,6 +12,7 @@
 use super::ffi;
 use super::params::{Ece, PrivateData};
 use kernel::ffi::c_int;
+use kernel::str::CStr;
 
 /// A CM event, decoded from `struct rdma_cm_event`.
 #[derive(Clone, Copy, Debug)]
@@ -87,20 +88,26 @@ impl EventKind {
 
     /// The event's name, as the CM calls it.
     pub(crate) fn name(self) -> &'static str {
+        // ASCII: valid UTF-8.
+        self.c_name().to_str().unwrap_or("?")
+    }
+
+    /// The event's name, as the CM calls it, as a C string (for a tracepoint).
+    pub(crate) fn c_name(self) -> &'static CStr {
         match self {
-            Self::AddrResolved => "ADDR_RESOLVED",
-            Self::AddrError => "ADDR_ERROR",
-            Self::RouteResolved => "ROUTE_RESOLVED",
-            Self::RouteError => "ROUTE_ERROR",
-            Self::ConnectRequest => "CONNECT_REQUEST",
-            Self::ConnectError => "CONNECT_ERROR",
-            Self::Unreachable => "UNREACHABLE",
-            Self::Rejected => "REJECTED",
-            Self::Established => "ESTABLISHED",
-            Self::Disconnected => "DISCONNECTED",
-            Self::DeviceRemoval => "DEVICE_REMOVAL",
-            Self::TimewaitExit => "TIMEWAIT_EXIT",
-            Self::Other => "OTHER",
+            Self::AddrResolved => c"ADDR_RESOLVED",
+            Self::AddrError => c"ADDR_ERROR",
+            Self::RouteResolved => c"ROUTE_RESOLVED",
+            Self::RouteError => c"ROUTE_ERROR",
+            Self::ConnectRequest => c"CONNECT_REQUEST",
+            Self::ConnectError => c"CONNECT_ERROR",
+            Self::Unreachable => c"UNREACHABLE",
+            Self::Rejected => c"REJECTED",
+            Self::Established => c"ESTABLISHED",
+            Self::Disconnected => c"DISCONNECTED",
+            Self::DeviceRemoval => c"DEVICE_REMOVAL",
+            Self::TimewaitExit => c"TIMEWAIT_EXIT",
+            Self::Other => c"OTHER",
         }
     }
 }

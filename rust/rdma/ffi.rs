@@ -85,6 +85,11 @@ opaque! {
     unreachable_pub,
     reason = "bindgen's output: C names, `pub` items, values of the header no caller uses"
 )]
+#[allow(
+    improper_ctypes,
+    reason = "a `struct tracepoint` reaches, through its pointers, kernel structs \
+              bindgen lays out empty (`dev_archdata`); Rust only takes its address"
+)]
 mod generated {
     use super::{
         Dentry as dentry, IbCq as ib_cq, IbDevice as ib_device, IbEvent as ib_event, IbMr as ib_mr,
@@ -93,6 +98,10 @@ mod generated {
         SeqFile as seq_file, Sockaddr as sockaddr,
     };
     use kernel::bindings::{atomic_t, workqueue_struct};
+    // The type of the tracepoints `trace.c` defines, which the kernel declares
+    // only with `CONFIG_TRACEPOINTS` (and bindgen with it).
+    #[cfg(CONFIG_TRACEPOINTS)]
+    use kernel::bindings::tracepoint;
     use kernel::ffi;
     use pin_init::MaybeZeroable;
 

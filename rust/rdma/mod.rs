@@ -20,6 +20,7 @@
 //! | [`verbs`] | the QP resources (PD, CQ, QP, MRs, buffers, each freed on drop, in order), the copies into and out of buffers, and posting |
 //! | [`workqueue`] | the module's workqueue, for work that must not run in a callback, and [`Timer`] for a ULP's deadlines |
 //! | [`debugfs`] | debugfs files whose text Rust writes, owned by the module |
+//! | [`trace`] | the tracepoints: a connection's states and setup steps, an echo's round trip, a detection |
 //! | `ffi` | the declarations of `rust/helpers/*.c` and of the kernel functions, enums and structs the layer uses |
 //!
 //! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
@@ -71,6 +72,7 @@ mod id;
 mod listener;
 mod netns;
 pub(crate) mod params;
+pub(crate) mod trace;
 pub(crate) mod verbs;
 mod workqueue;
 

@@ -4,11 +4,17 @@
 //! names of errnos.
 
 use super::*;
+use crate::rdma::verbs::QpAttrs;
 
 impl Shared {
     /// The endpoint's name, for messages.
     pub(super) fn name(&self) -> &str {
         self.name.to_str().unwrap_or("?")
+    }
+
+    /// The endpoint's name, for tracepoints (`ConnHandler::endpoint_name`).
+    pub(in crate::echo) fn c_name(&self) -> &CStr {
+        &self.name
     }
 
     /// Records an error: counts it, makes it `last_error`, logs it unless the
@@ -70,14 +76,58 @@ impl Shared {
         f(&mut self.inner.lock().stats);
     }
 
-    /// Updates the stats with `f` and records a round-trip time, under one lock.
-    pub(in crate::echo) fn stats_rtt(&self, rtt: Option<Delta>, f: impl FnOnce(&mut Stats)) {
-        let mut g = self.inner.lock();
-        f(&mut g.stats);
-        if let Some(d) = rtt {
-            let ns = u64::try_from(d.as_nanos()).unwrap_or(0);
-            g.stats.record_rtt(ns);
-            g.rtt.record(ns);
+    /// Updates the stats with `f` and records a round-trip time, under one
+    /// lock; the round trip, of a `size`-byte message on connection `conn`, also
+    /// goes to its tracepoint.
+    pub(in crate::echo) fn stats_rtt(
+        &self,
+        conn: u32,
+        size: u32,
+        rtt: Option<Delta>,
+        f: impl FnOnce(&mut Stats),
+    ) {
+        let ns = rtt.map(|d| u64::try_from(d.as_nanos()).unwrap_or(0));
+        {
+            let mut g = self.inner.lock();
+            f(&mut g.stats);
+            if let Some(ns) = ns {
+                g.stats.record_rtt(ns);
+                g.rtt.record(ns);
+            }
+        }
+        if let Some(ns) = ns {
+            crate::rdma::trace::echo_rtt(self.c_name(), conn, size, ns);
+        }
+    }
+
+    /// Counts a failed completion with `status` on connection `conn`, and, in
+    /// the same critical section, the detection of the peer's failure it is,
+    /// `detect_us` after the last good completion, where it is one. The
+    /// detection also goes to its tracepoint, with the ack timeout and retry
+    /// count the connection's QP read back (`qp`; 0 where it could not be).
+    pub(in crate::echo) fn wc_failed(
+        &self,
+        conn: u32,
+        status: u32,
+        detect_us: Option<u64>,
+        qp: Option<QpAttrs>,
+    ) {
+        {
+            let mut g = self.inner.lock();
+            g.stats.wc_error(status);
+            if let Some(us) = detect_us {
+                g.stats.record_detection(us);
+            }
+        }
+        if let Some(us) = detect_us {
+            crate::rdma::trace::detect(
+                self.c_name(),
+                conn,
+                qp.map_or(0, |q| q.timeout),
+                qp.map_or(0, |q| q.retry_cnt),
+                us,
+                status,
+            );
         }
     }
 

@@ -233,7 +233,7 @@ impl ClientConn {
                 st.counters.errors += 1;
             }
         }
-        self.shared.stats_rtt(rtt, |s| {
+        self.shared.stats_rtt(conn.serial(), len, rtt, |s| {
             s.pings += 1;
             s.bytes += u64::from(len);
             if !good {
@@ -335,6 +335,10 @@ impl ConnHandler for ClientConn {
         })
     }
 
+    fn endpoint_name(&self) -> &CStr {
+        self.shared.c_name()
+    }
+
     fn established(&self, _conn: &Conn<Self>) {
         self.shared.client_established();
     }
@@ -354,12 +358,9 @@ impl ConnHandler for ClientConn {
                     }
                     us.filter(|_| first)
                 };
-                self.shared.stats(|s| {
-                    s.wc_error(e.0);
-                    if let Some(us) = detect {
-                        s.record_detection(us);
-                    }
-                });
+                // What this connection's QP got, for the detection's event.
+                let qp = detect.and_then(|_| conn.qp_attrs().ok());
+                self.shared.wc_failed(conn.serial(), e.0, detect, qp);
                 let op = if tag < self.depth { "SEND" } else { "RECV" };
                 self.fail(conn, fmt!("{} failed: {}", op, e));
             }

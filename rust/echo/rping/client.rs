@@ -174,7 +174,7 @@ impl ClientConn {
                     p.n += 1;
                     (p.n >= self.count, p.started.map(|t| t.elapsed()))
                 };
-                self.shared.stats_rtt(rtt, |s| {
+                self.shared.stats_rtt(conn.serial(), self.size, rtt, |s| {
                     s.pings += 1;
                     s.bytes += u64::from(self.size);
                 });
@@ -260,6 +260,10 @@ impl ConnHandler for ClientConn {
             res.alloc_buf(B_SINK, self.size, true)?;
             res.post_recv(T_RECV, B_RECV, 0, MSG_LEN)
         })
+    }
+
+    fn endpoint_name(&self) -> &CStr {
+        self.shared.c_name()
     }
 
     fn established(&self, _conn: &Conn<Self>) {

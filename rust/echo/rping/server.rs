@@ -173,6 +173,10 @@ impl ConnHandler for ServerConn {
         })
     }
 
+    fn endpoint_name(&self) -> &CStr {
+        self.shared.c_name()
+    }
+
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
     }

@@ -15,9 +15,11 @@ use crate::rdma::error::{step_err, to_step, StepError};
 use crate::rdma::ffi;
 use crate::rdma::id::{give_back, EventId, IdPtr, SinkPtr, Verdict};
 use crate::rdma::params::PrivateData;
+use crate::rdma::trace;
 use crate::rdma::verbs::QpConfig;
 use kernel::prelude::*;
 use kernel::sync::Arc;
+use kernel::time::{Instant, Monotonic};
 
 impl<H: ConnHandler> Conn<H> {
     /// Takes the connect request on `child`, the new id of event `ev`, inside
@@ -145,9 +147,18 @@ impl<H: ConnHandler> Conn<H> {
                     // A callback of this layer: what would wait for this id's
                     // handlers (or for this accept) from `setup` fails.
                     let _scope = Scope::enter(0);
+                    let t0 = Instant::<Monotonic>::now();
                     // SAFETY: `raw` is live (above), and this task holds its
                     // handler mutex.
-                    unsafe { self.accept_steps(raw, &qp) }
+                    let r = unsafe { self.accept_steps(raw, &qp) };
+                    trace::cm_step(
+                        self.handler.endpoint_name(),
+                        self.serial,
+                        c"rdma_accept",
+                        u64::try_from(t0.elapsed().as_micros_ceil()).unwrap_or(0),
+                        r.as_ref().map_or_else(|e| e.err.to_errno(), |()| 0),
+                    );
+                    r
                 } else {
                     Ok(())
                 };

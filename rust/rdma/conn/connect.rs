@@ -13,11 +13,18 @@ use crate::rdma::error::{step_err, to_step, StepError};
 use crate::rdma::ffi;
 use crate::rdma::id::{IdPtr, SinkPtr};
 use crate::rdma::netns::NetNs;
+use crate::rdma::trace;
 use crate::rdma::verbs::QpConfig;
 use core::ptr;
 use kernel::ffi::{c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::sync::Arc;
+use kernel::time::{Instant, Monotonic};
+
+/// The step [`Conn::connect`] runs, and since when (its hook excluded): the
+/// step's duration goes to its tracepoint as the next starts, or as the
+/// connect ends.
+struct StepClock(Option<(ConnectStep, Instant<Monotonic>)>);
 
 /// The right to connect an active-side connection, once: what
 /// [`Conn::new_active`] returns.
@@ -89,7 +96,12 @@ impl<H: ConnHandler> Conn<H> {
             }
             g.connect_task = current_task();
         }
-        let r = self.connect_steps(net, addr, port, &qp);
+        let mut clock = StepClock(None);
+        let r = self.connect_steps(net, addr, port, &qp, &mut clock);
+        self.step_ended(
+            &mut clock,
+            r.as_ref().map_or_else(|e| e.err.to_errno(), |()| 0),
+        );
         let (action, established) = {
             let mut g = self.inner.lock();
             g.connect_task = 0;
@@ -140,8 +152,9 @@ impl<H: ConnHandler> Conn<H> {
         addr: &CStr,
         port: u16,
         qp: &QpConfig,
+        clock: &mut StepClock,
     ) -> Result<(), StepError> {
-        self.step(ConnectStep::CreateId)?;
+        self.step(clock, ConnectStep::CreateId)?;
         let sink = SinkPtr::new(self.clone()).map_err(|e| step_err("alloc", e))?;
         let id = match IdPtr::create(net, &sink) {
             Ok(id) => id,
@@ -167,7 +180,7 @@ impl<H: ConnHandler> Conn<H> {
         // The guarantee: everything that must precede route resolution, now.
         self.with_id(|id| id.apply_early(&self.params))?;
 
-        self.step(ConnectStep::ResolveAddr)?;
+        self.step(clock, ConnectStep::ResolveAddr)?;
         // Both resolutions take an `unsigned long`, which holds every `u32`.
         let timeout = self.params.resolve_timeout_ms as c_ulong;
         self.resolve("rdma_resolve_addr", State::AddrResolved, |id| {
@@ -181,18 +194,18 @@ impl<H: ConnHandler> Conn<H> {
             }
         })?;
 
-        self.step(ConnectStep::ResolveRoute)?;
+        self.step(clock, ConnectStep::ResolveRoute)?;
         self.resolve("rdma_resolve_route", State::RouteResolved, |id| {
             // SAFETY: As above.
             unsafe { ffi::rdma_resolve_route(id, timeout) }
         })?;
 
-        self.step(ConnectStep::CreateQp)?;
+        self.step(clock, ConnectStep::CreateQp)?;
         self.create_res(qp)
             .map_err(|e| step_err("rdma_create_qp", e))?;
         self.handler.setup(self).map_err(|e| step_err("setup", e))?;
 
-        self.step(ConnectStep::Connect)?;
+        self.step(clock, ConnectStep::Connect)?;
         let p = &self.params;
         let data = self.handler.connect_data();
         let mut param = cm_conn_param(p, p.retry_count.get(), &data);
@@ -206,12 +219,38 @@ impl<H: ConnHandler> Conn<H> {
         self.wait_for(State::Established, "rdma_connect", p.connect_timeout_ms)
     }
 
-    /// Runs the handler's [`ConnHandler::before_step`] hook during
-    /// [`Conn::connect`], on its task and with no lock held.
-    fn step(&self, step: ConnectStep) -> Result<(), StepError> {
-        self.handler
-            .before_step(self, step)
-            .map_err(|e| step_err(step.name(), e))
+    /// Starts `step` of [`Conn::connect`]: ends the step before it, runs the
+    /// handler's [`ConnHandler::before_step`] hook (on its task and with no
+    /// lock held), and starts the step's clock.
+    fn step(&self, clock: &mut StepClock, step: ConnectStep) -> Result<(), StepError> {
+        self.step_ended(clock, 0);
+        if let Err(e) = self.handler.before_step(self, step) {
+            // The step failed before it started: its event, with no time.
+            self.trace_step(step, 0, e.to_errno());
+            return Err(step_err(step.name(), e));
+        }
+        clock.0 = Some((step, Instant::now()));
+        Ok(())
+    }
+
+    /// Ends the step `clock` runs, if one runs, with `err` (0 or a negative
+    /// errno): its `cmecho_cm_step` event.
+    fn step_ended(&self, clock: &mut StepClock, err: c_int) {
+        if let Some((step, t0)) = clock.0.take() {
+            let us = u64::try_from(t0.elapsed().as_micros_ceil()).unwrap_or(0);
+            self.trace_step(step, us, err);
+        }
+    }
+
+    /// The `cmecho_cm_step` event of `step`.
+    fn trace_step(&self, step: ConnectStep, us: u64, err: c_int) {
+        trace::cm_step(
+            self.handler.endpoint_name(),
+            self.serial,
+            step.c_name(),
+            us,
+            err,
+        );
     }
 
     /// Runs one resolution step (`call`, then the wait for `want`) during

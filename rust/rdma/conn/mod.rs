@@ -85,9 +85,10 @@ use super::event::EventKind;
 use super::ffi;
 use super::id::{IdPtr, SinkPtr};
 use super::params::{ConnParams, Ece, PrivateData};
+use super::trace;
 use super::verbs::{self, QpAttrs, QpConfig};
 pub(crate) use connect::Connector;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
@@ -145,6 +146,15 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
         PrivateData::EMPTY
     }
 
+    /// The name of the endpoint this connection belongs to, as the layer's
+    /// tracepoints show it (`endpoint=`; `rust/rdma/trace.rs`). Called with
+    /// the connection's lock held (on each change of its state): it must only
+    /// return the name, without calling into the connection or sleeping.
+    /// Optional: the default is empty.
+    fn endpoint_name(&self) -> &CStr {
+        c""
+    }
+
     /// The accept of this passive connection failed at `err.step` (creating
     /// the QP, [`ConnHandler::setup`], `rdma_accept`), after the listener's
     /// [`ListenHandler::accepted`] gave it to the ULP: the connection is
@@ -173,12 +183,18 @@ pub(crate) enum ConnectStep {
 impl ConnectStep {
     /// The step's name: the CM call it starts with.
     pub(crate) fn name(self) -> &'static str {
+        // ASCII: valid UTF-8.
+        self.c_name().to_str().unwrap_or("?")
+    }
+
+    /// The step's name as a C string (for a tracepoint).
+    pub(crate) fn c_name(self) -> &'static CStr {
         match self {
-            Self::CreateId => "rdma_create_id",
-            Self::ResolveAddr => "rdma_resolve_addr",
-            Self::ResolveRoute => "rdma_resolve_route",
-            Self::CreateQp => "rdma_create_qp",
-            Self::Connect => "rdma_connect",
+            Self::CreateId => c"rdma_create_id",
+            Self::ResolveAddr => c"rdma_resolve_addr",
+            Self::ResolveRoute => c"rdma_resolve_route",
+            Self::CreateQp => c"rdma_create_qp",
+            Self::Connect => c"rdma_connect",
         }
     }
 }
@@ -284,6 +300,10 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// on a successful completion. Read without the lock on every
     /// completion, so that the lock is taken only while it is false.
     comm_est_done: AtomicBool,
+    /// The connection's number in its tracepoints' events: given at creation,
+    /// counting from 1 for the module's lifetime (after 2^32 - 1, from 0
+    /// again).
+    serial: u32,
     params: ConnParams,
     #[pin]
     handler: H,
@@ -291,6 +311,9 @@ pub(crate) struct Conn<H: ConnHandler> {
 
 /// How much longer than the CM's own resolution timeout to wait for its event.
 const RESOLVE_SLACK_MS: u32 = 1000;
+
+/// The last number given to a [`Conn`] ([`Conn::serial`]).
+static NEXT_SERIAL: AtomicU32 = AtomicU32::new(0);
 
 /// The id of [`Conn`]'s close work item.
 const CLOSE_WORK: u64 = 0;
@@ -319,6 +342,7 @@ impl<H: ConnHandler> Conn<H> {
                 close_work <- new_work!("cmecho_conn_close"),
                 accept_work <- new_work!("cmecho_conn_accept"),
                 comm_est_done: AtomicBool::new(phase.comm_est_done()),
+                serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
                 params,
                 handler <- handler,
             }),
@@ -369,6 +393,16 @@ impl<H: ConnHandler> Conn<H> {
     fn feed(&self, g: &mut ConnInner<H>, input: Input) -> Action {
         let (next, action) = g.phase.next(input);
         if next != g.phase {
+            if next.state != g.phase.state {
+                trace::conn_state(
+                    self.handler.endpoint_name(),
+                    self.serial,
+                    g.phase.state.name(),
+                    next.state.name(),
+                    input.name(),
+                    input.status(),
+                );
+            }
             g.phase = next;
             self.comm_est_done
                 .store(next.comm_est_done(), Ordering::Relaxed);
@@ -490,6 +524,11 @@ impl<H: ConnHandler> Conn<H> {
     /// to ours, even while the peer's RTU is late or lost).
     pub(crate) fn peer_answered(&self) -> bool {
         self.inner.lock().phase.peer_answered()
+    }
+
+    /// The connection's number in its tracepoints' events (`conn=`).
+    pub(crate) fn serial(&self) -> u32 {
+        self.serial
     }
 
     /// The connection's state.

@@ -105,6 +105,22 @@ pub(crate) enum State {
 }
 
 impl State {
+    /// The state's name (for a tracepoint).
+    pub(crate) fn name(self) -> &'static CStr {
+        match self {
+            Self::Connecting => c"connecting",
+            Self::AddrResolved => c"addr_resolved",
+            Self::RouteResolved => c"route_resolved",
+            Self::Established => c"established",
+            Self::Disconnecting => c"disconnecting",
+            Self::Failed(..) => c"failed",
+            Self::Disconnected => c"disconnected",
+            Self::DeviceRemoved => c"device_removed",
+            Self::Closing => c"closing",
+            Self::Closed => c"closed",
+        }
+    }
+
     /// Being set up.
     fn setting_up(self) -> bool {
         matches!(
@@ -186,6 +202,36 @@ pub(crate) enum Input {
     ReleaseAnyway,
     /// The release destroyed what it took out.
     Released,
+}
+
+impl Input {
+    /// The input's name (for a tracepoint): a CM event's as the CM calls it.
+    pub(crate) fn name(self) -> &'static CStr {
+        match self {
+            Self::Event(kind, _) => kind.c_name(),
+            Self::Retry => c"retry",
+            Self::Disconnect => c"disconnect",
+            Self::Completed => c"completed",
+            Self::ConnectStart => c"connect_start",
+            Self::ConnectEnd(true) => c"connect_end_ok",
+            Self::ConnectEnd(false) => c"connect_end_failed",
+            Self::AcceptEnd(true) => c"accept_end_ok",
+            Self::AcceptEnd(false) => c"accept_end_failed",
+            Self::GiveBack => c"give_back",
+            Self::Close => c"close",
+            Self::Release => c"release",
+            Self::ReleaseAnyway => c"release_anyway",
+            Self::Released => c"released",
+        }
+    }
+
+    /// A CM event's status; 0 for every other input.
+    pub(crate) fn status(self) -> i32 {
+        match self {
+            Self::Event(_, status) => status,
+            _ => 0,
+        }
+    }
 }
 
 /// What happens after a device removal gave the id back.
