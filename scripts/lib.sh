@@ -102,3 +102,33 @@ kdir_make_args() { # kernel tree
 		printf '%s\n' "${KMAKE_ARGS[@]}"
 	fi
 }
+
+# bench_modules: the bench kernel (built, or found in the cache) and cmecho's
+# modules built for it, in BENCH_KDIR and BENCH_BUILD (make bench, make
+# two-hosts). The bench kernel is the test kernel's fragment without the debug
+# detectors (scripts/kernel-bench.config). The modules are built in a copy of the
+# sources in the cache, so the tree's own build (for the debug kernel, make check)
+# is left alone. Run from the top of a git checkout.
+bench_modules() {
+	local f
+	BENCH_KDIR=$(CMECHO_FLAVOUR=bench "$CMECHO_TOP/scripts/build-kernel")
+	"$CMECHO_TOP/scripts/ksft-links"
+	# The sources git tracks, copied with their times (kbuild rebuilds only what
+	# changed). Sources git no longer tracks go first: a file left from an older
+	# tree (say rust/configfs.rs beside rust/configfs/mod.rs) would break the
+	# build. A first copy has none of these directories yet: find fails, and
+	# nothing is removed.
+	BENCH_BUILD=$CMECHO_CACHE/bench-build
+	mkdir -p "$BENCH_BUILD"
+	(cd "$BENCH_BUILD" && find rust samples tools -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) \
+		! -name '*_generated.rs' 2>/dev/null || true) |
+		while read -r f; do
+			git ls-files --error-unmatch -- "$f" >/dev/null 2>&1 || rm -f "$BENCH_BUILD/$f"
+		done
+	git ls-files -z Kbuild Makefile rust samples tools/testing/selftests/cmecho |
+		tar --null -T - -cf - | tar -C "$BENCH_BUILD" -xf -
+	toolchain_env
+	say "building cmecho's modules for the bench kernel in $BENCH_BUILD"
+	make -C "$BENCH_KDIR" "${KMAKE_ARGS[@]}" M="$BENCH_BUILD" modules >"$BENCH_BUILD/build.log" 2>&1 ||
+		{ tail -30 "$BENCH_BUILD/build.log" >&2; die "module build for the bench kernel failed; log: $BENCH_BUILD/build.log"; }
+}
