@@ -412,9 +412,14 @@ cm_listening() {
 }
 
 # Runs a command inside namespace $1: only the network namespace changes (not
-# /sys, as with `ip netns exec`), so configfs stays mounted where it is.
+# /sys, as with `ip netns exec`), so configfs stays mounted where it is. An
+# empty $1 runs it where it is (scripts/two-hosts-guest.sh: one host each).
 in_ns() {
-	nsenter --net="/run/netns/$1" "${@:2}"
+	if [ -n "$1" ]; then
+		nsenter --net="/run/netns/$1" "${@:2}"
+	else
+		"${@:2}"
+	fi
 }
 
 # Loads cmecho.ko if it is not loaded.
