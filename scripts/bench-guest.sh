@@ -31,6 +31,10 @@ DETECT_RETRY=(0 1 2 3)
 LOSS_T=(10 14 18)
 LOSS_PCT=(1 10 30)
 LOSS_MS=4000
+# The ack-timeout advisor: one-way delays added on the client's egress (ms), and
+# how long each run (to measure, then at the suggested T) lasts.
+ADVISE_DELAY_MS=(0 5 50)
+ADVISE_MS=3000
 # CM setup: connections per run, cmecho's cmtime sample vs rdma-core's cmtime.
 CM_CONNS=(50 500)
 # BENCH_QUICK=1: one point of each, to try the script itself.
@@ -41,9 +45,10 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	LOSS_T=(14)
 	LOSS_PCT=(10)
 	CM_CONNS=(50)
+	ADVISE_DELAY_MS=(5)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -99,6 +104,17 @@ perftest() { # tool args...
 # The netem qdisc on the client's egress (added once, losing nothing, before
 # the clients that need it start): loss_set PERCENT.
 loss_set() { tc -n $NS_B qdisc change dev vb root netem loss "$1%"; }
+# rxe_retries PREFIX: the client's rxe retries so far, as PREFIXkey=value words:
+# retransmissions its retry timer started (completer_retry_err), and those its
+# peer asked for with a sequence NAK (rcvd_seq_err).
+rxe_retries() {
+	local w k= out=
+	for w in $(rdma statistic show link "$RXE_B/1"); do
+		case $k in completer_retry_err | rcvd_seq_err) out+="$1$k=$w " ;; esac
+		k=$w
+	done
+	printf '%s' "$out"
+}
 # A client that has done more than 20 echoes; waits up to 60 s.
 running_with_echoes() { wait_for 600 eval '[ "$(ep_get '"$1"' stats pings)" -gt 20 ]'; }
 # A stock rping client against PORT for COUNT pings; prints how long it took, in µs.
@@ -298,6 +314,28 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			loss_set 0
 			rm_ep loss
 		done
+	done
+
+	# 6b. The ack-timeout advisor, per one-way delay on the client's egress: a
+	# depth-1 run at the default T measures the path and suggests a T; a
+	# clean run at that T, on the same path, shows whether it retransmitted
+	# (rxe's counters before and after).
+	for d in "${ADVISE_DELAY_MS[@]}"; do
+		tc -n $NS_B qdisc change dev vb root netem delay ${d}ms loss 0%
+		progress "advisor: ${d} ms delay, measure"
+		echo_client adv 64 1 - $ADVISE_MS && wait_done adv 180
+		sug=$(ep_get adv stats suggested_ack_timeout)
+		record advise_measure cmecho "delay_ms=$d state=$(<$CFS/adv/state) $(stats_kv adv)"
+		rm_ep adv
+		progress "advisor: ${d} ms delay, at T=$sug"
+		before=$(rxe_retries before_)
+		st=not_run
+		if [[ $sug =~ ^[0-9]+$ ]]; then
+			echo_client adv 64 1 - $ADVISE_MS ack_timeout=$sug && wait_done adv 180
+			read -r st <"$CFS/adv/state"
+		fi
+		record advise_run cmecho "delay_ms=$d t=$sug state=$st $(stats_kv adv) $before $(rxe_retries after_)"
+		rm_ep adv
 	done
 	tc -n $NS_B qdisc del dev vb root
 done
