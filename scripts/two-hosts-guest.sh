@@ -92,7 +92,6 @@ rmdir_endpoints
 
 # Clients that run until their peer dies: T and retry_count each.
 kills="14:2 16:2 18:1"
-pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
 all_up=1
 for tr in $kills; do
 	endpoint "" k${tr%:*} role=client mode=echo addr=$ADDR_S port=7301 depth=1 size=64 \

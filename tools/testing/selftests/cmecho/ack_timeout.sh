@@ -45,7 +45,6 @@ cut_run() {
 		state_is $1 running 1 &&
 		tc -n $NS_B qdisc change dev vb root netem loss 100%
 }
-pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
 uncut() { tc -n $NS_B qdisc change dev vb root netem loss 0%; }
 
 rmdir_endpoints

@@ -154,6 +154,9 @@ state_now() {
 	read -r s <"$CFS/$1/state" && [ "$s" = "$2" ]
 }
 
+# pings_over EP N: EP's stats count more than N pings.
+pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
+
 # key_is EP ATTR KEY VALUE TENTHS: polls (as poll) until EP's ATTR has the
 # line "KEY VALUE".
 key_is() {

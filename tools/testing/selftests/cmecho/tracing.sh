@@ -139,7 +139,6 @@ tc -n $NS_B qdisc add dev vb root netem loss 0%
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7107 enable=1
 endpoint $NS_B cut role=client mode=echo addr=$ADDR_A port=7107 depth=1 size=64 \
 	duration_ms=600000 ack_timeout=14 retry_count=2 enable=1
-pings_over() { [ "$(ep_get $1 stats pings)" -gt "$2" ] 2>/dev/null; }
 if wait_for 1200 pings_over cut 20 && state_is cut running 1; then
 	tc -n $NS_B qdisc change dev vb root netem loss 100%
 fi
