@@ -107,6 +107,7 @@ impl configfs::GroupOperations for Root {
                 resolve_retries: 30,
                 connect_timeout_ms: 31,
                 accept_timeout_ms: 32,
+                echo_timeout_ms: 33,
             ],
         };
         Ok(configfs::Group::new(
@@ -458,6 +459,14 @@ endpoint_attr!(32,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.accept_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("accept_timeout_ms", |c| {
         c.accept_timeout_ms = number(page, &limits::ACCEPT_TIMEOUT_MS)?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(33,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.echo_timeout_ms)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("echo_timeout_ms", |c| {
+        c.echo_timeout_ms = number(page, &limits::ECHO_TIMEOUT_MS)?;
         Ok(())
     }),
 );

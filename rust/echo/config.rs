@@ -26,6 +26,10 @@ pub(crate) const DEFAULT_MEM_BUDGET_KIB: u32 = 64 * 1024;
 /// would wait as long as the client's connect request asks (about 65 s for
 /// librdmacm's, up to days for a crafted one).
 pub(crate) const ACCEPT_TIMEOUT_MS: u32 = CONNECT_TIMEOUT_MS;
+/// How long a native echo client waits for the echo of a message the peer's
+/// device acknowledged, in ms, by default: as long as the other deadlines a
+/// peer is given.
+pub(crate) const ECHO_TIMEOUT_MS: u32 = CONNECT_TIMEOUT_MS;
 
 /// Which side an endpoint plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +137,9 @@ pub(crate) struct Config {
     /// How long a server waits for an accepted connection to be established
     /// (the client's RTU), in ms.
     pub(crate) accept_timeout_ms: u32,
+    /// How long a native echo client waits for the echo of a message its
+    /// peer's device acknowledged, in ms.
+    pub(crate) echo_timeout_ms: u32,
 }
 
 impl Default for Config {
@@ -163,6 +170,7 @@ impl Default for Config {
             resolve_retries: RESOLVE_RETRIES,
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
             accept_timeout_ms: ACCEPT_TIMEOUT_MS,
+            echo_timeout_ms: ECHO_TIMEOUT_MS,
         }
     }
 }

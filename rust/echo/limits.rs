@@ -118,6 +118,8 @@ pub(crate) const RESOLVE_RETRIES: Limit = Limit::new(0, 10);
 pub(crate) const CONNECT_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
 /// From a server's accept to established, in ms.
 pub(crate) const ACCEPT_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
+/// From a message's acknowledgement to its echo, in ms.
+pub(crate) const ECHO_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
 
 /// Why a store was refused: the text `last_error` gives after the
 /// attribute's name.

@@ -21,6 +21,7 @@
 //! | [`rping`] | the rping mode: its wire format; `client.rs`, `server.rs` its two sides |
 //! | [`native`] | the native SEND/RECV echo mode: its message pattern; `client.rs`, `server.rs` its two sides |
 //! | [`hello`] | the native echo's size and depth, agreed at connect time |
+//! | [`watch`] | a client's watch over a peer that owes it an answer: probes, and the answer's deadline |
 //!
 //! The text of the attributes configfs shows is in `crate::configfs`.
 
@@ -35,6 +36,7 @@ mod mode;
 pub(crate) mod native;
 pub(crate) mod rping;
 mod stats;
+mod watch;
 
 pub(crate) use config::{Addr, Config, Mode, Role};
 pub(crate) use endpoint::{ConnView, Endpoint, Shared, State};

@@ -88,7 +88,7 @@ impl Shared {
 
     /// A client's connection is connected: it starts with the others, once no
     /// setup of the endpoint runs any more ([`Shared::setup_done`]).
-    pub(super) fn connected(&self, conn: &Arc<dyn EpConn>) {
+    pub(super) fn connected(self: &Arc<Self>, conn: &Arc<dyn EpConn>) {
         let mut g = self.inner.lock();
         let me = Arc::as_ptr(conn);
         if let Some(k) = g
@@ -98,6 +98,10 @@ impl Shared {
             .find(|k| core::ptr::addr_eq(Arc::as_ptr(&k.conn), me))
         {
             k.ready = true;
+        }
+        // Its watchdog starts with it (`Shared::watch_clients`).
+        if g.enabled && !g.reaper_armed {
+            g.reaper_armed = self.reaper.arm(self.clone(), WATCH_MIN_MS);
         }
     }
 
@@ -263,15 +267,59 @@ pub(super) fn close_all(conns: &[Kept]) {
 /// that the timer wheel's slack (an eighth of a long delay) does not add to it.
 const REAPER_TICK_MS: u32 = 1000;
 
-/// The accept deadline: closes each server connection not established within
-/// `accept_timeout_ms` of its accept, whatever timeout the peer's connect
-/// request asked the CM for, and counts it.
+/// The shortest wait of a client's watchdog, in ms.
+const WATCH_MIN_MS: u32 = 10;
+
+impl Shared {
+    /// A client's watchdog: calls each kept connection's [`EchoConn::tick`]
+    /// outside the lock, and arms the timer again for the soonest call one
+    /// of them wants (10 ms to 1 s from now).
+    fn watch_clients(self: &Arc<Self>) {
+        let mut conns = KVec::new();
+        let mut next: Option<u32> = None;
+        {
+            let g = self.inner.lock();
+            for k in g.run.conns.iter() {
+                if conns.push(k.conn.clone(), GFP_KERNEL).is_err() {
+                    // No memory to call them all now: the next firing does.
+                    next = Some(REAPER_TICK_MS);
+                    break;
+                }
+            }
+        }
+        for c in &conns {
+            if let Some(ms) = c.tick() {
+                next = Some(next.map_or(ms, |n| n.min(ms)));
+            }
+        }
+        drop(conns);
+        if let Some(ms) = next {
+            let mut g = self.inner.lock();
+            // Under `inner`, which `stop` takes before it disarms.
+            if g.enabled && !g.reaper_armed {
+                g.reaper_armed = self
+                    .reaper
+                    .arm(self.clone(), ms.clamp(WATCH_MIN_MS, REAPER_TICK_MS));
+            }
+        }
+    }
+}
+
+/// A server's accept deadline: closes each server connection not established
+/// within `accept_timeout_ms` of its accept, whatever timeout the peer's
+/// connect request asked the CM for, and counts it. A client's watchdog
+/// ([`Shared::watch_clients`]).
 impl TimerHandler for Shared {
     fn fire(self: Arc<Self>) {
         let mut late = KVec::new();
         let mut g = self.inner.lock();
         g.reaper_armed = false;
         if !g.enabled {
+            return;
+        }
+        if g.cfg.role == Role::Client {
+            drop(g);
+            self.watch_clients();
             return;
         }
         let limit = i64::from(g.cfg.accept_timeout_ms);

@@ -30,6 +30,13 @@ pub(crate) trait EchoConn: ConnHandler {
     /// batch: not in the CM's `ESTABLISHED` handler, which holds the id's
     /// handler mutex and the CM's worker.
     fn connected(&self, _conn: &Conn<Self>) {}
+    /// A client's watchdog, called by the endpoint's timer while the endpoint
+    /// keeps the connection, in process context and without the endpoint's
+    /// lock: returns in how many ms it wants to be called again, or `None`
+    /// when it has nothing more to watch.
+    fn tick(&self, _conn: &Conn<Self>) -> Option<u32> {
+        None
+    }
 }
 
 /// What `connections` shows of a connection an endpoint keeps, whatever its
@@ -71,6 +78,8 @@ pub(super) trait EpConn: ConnView {
     fn close_and_wait(&self);
     /// [`EchoConn::connected`]: the client's messages start.
     fn start(&self);
+    /// [`EchoConn::tick`].
+    fn tick(&self) -> Option<u32>;
     /// The same connection, seen only as a [`ConnView`] (no trait upcasting:
     /// it needs a newer compiler than the kernel's minimum).
     fn as_view(self: Arc<Self>) -> Arc<dyn ConnView>;
@@ -93,6 +102,10 @@ impl<H: EchoConn> EpConn for Conn<H> {
 
     fn start(&self) {
         self.handler().connected(self)
+    }
+
+    fn tick(&self) -> Option<u32> {
+        self.handler().tick(self)
     }
 
     fn as_view(self: Arc<Self>) -> Arc<dyn ConnView> {

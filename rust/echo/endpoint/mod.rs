@@ -22,14 +22,16 @@
 //!    `Conn::with_res` closure runs: the echo service's closures only post and
 //!    copy), `cmecho_conn_inner` and `cmecho_listener_inner`, which nest with
 //!    nothing of cmecho's, and `cmecho_timer_handler`, the spinlock of the
-//!    accept deadline's timer, taken when it is armed.
+//!    endpoint's timer (a server's accept deadline, a client's watchdog),
+//!    taken when it is armed.
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the
 //! CM's handlers and drain CQs, which take locks 3 to 5. `Shared::inner` is not
 //! held while a `Run` that holds a listener is dropped, for the same reason,
-//! nor while the accept deadline's timer is disarmed: that waits for its
-//! `fire`, which takes `Shared::inner`.
+//! nor while the endpoint's timer is disarmed: that waits for its `fire`,
+//! which takes `Shared::inner`. A client's watchdog calls into each
+//! connection's ULP state with no lock held.
 
 mod conns;
 mod erased;
@@ -136,9 +138,9 @@ struct Inner {
     unfinished: u32,
     /// An enable or disable is under way (it may drop the lock meanwhile).
     changing: bool,
-    /// The accept deadline's timer is armed or its `fire` is about to run: a
-    /// newly kept connection is then seen by that `fire`, which arms the
-    /// timer again for what is left.
+    /// The endpoint's timer is armed or its `fire` is about to run: a newly
+    /// kept (server) or connected (client) connection is then seen by that
+    /// `fire`, which arms the timer again for what is left.
     reaper_armed: bool,
 }
 
@@ -151,8 +153,9 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     #[pin]
     changed: CondVar,
-    /// A server's accept deadline: armed while an accepted connection is not
-    /// established, disarmed by `stop`.
+    /// A server's accept deadline, armed while an accepted connection is not
+    /// established; a client's watchdog, armed while a connection wants it
+    /// ([`EchoConn::tick`]). Disarmed by `stop`.
     reaper: Arc<Timer<Shared>>,
 }
 

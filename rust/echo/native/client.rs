@@ -3,9 +3,15 @@
 //! The native echo client side: up to `depth` messages of `size` bytes in
 //! flight, each echo checked against the oldest sequence number in flight
 //! ([`verify_at`]), everything in completion handlers.
+//!
+//! An echo the client waits for with none of its SENDs in flight is watched
+//! ([`crate::echo::watch`]): probes detect a peer that dies, and an echo that
+//! has not come `echo_timeout_ms` after its message's acknowledgement fails
+//! the connection.
 
 use super::{fill_at, verify_at, MAX_DEPTH};
 use crate::echo::hello::{Hello, Refused};
+use crate::echo::watch::Watch;
 use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
@@ -26,10 +32,11 @@ struct ClientState {
     /// Send slots whose SEND has not completed yet.
     busy: [u64; (MAX_DEPTH / 64) as usize],
     sent_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
+    /// When each send slot's SEND completed: the peer's device has the
+    /// message, and its echo is due.
+    acked_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
     started: Option<Instant<Monotonic>>,
-    /// When the last SEND completed: an acknowledgement, which restarts the
-    /// transport's retry timer (an arriving echo does not).
-    last_ok: Option<Instant<Monotonic>>,
+    watch: Watch,
     done: bool,
     counters: ConnCounters,
     verify_errors: u64,
@@ -45,6 +52,7 @@ pub(super) struct ClientConn {
     depth: u32,
     count: u64,
     duration: Option<Delta>,
+    echo_timeout_ms: u32,
     #[pin]
     st: Mutex<ClientState>,
 }
@@ -59,23 +67,26 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
         depth,
         count: cfg.count,
         duration: cfg.duration_ms.map(|ms| Delta::from_millis(i64::from(ms))),
+        echo_timeout_ms: cfg.echo_timeout_ms,
         st <- new_mutex!(ClientState {
             next: 0,
             expected: 0,
             inflight: 0,
             busy: [0; (MAX_DEPTH / 64) as usize],
             sent_at: [None; MAX_DEPTH as usize],
+            acked_at: [None; MAX_DEPTH as usize],
             started: None,
-            last_ok: None,
+            watch: Watch::new(),
             done: false,
             counters: ConnCounters::default(),
             verify_errors: 0,
         }, "cmecho_native_cli_st"),
     });
+    // Tag `2 × depth` is the probe's, which has no buffer.
     let qp = QpConfig {
-        ntags: 2 * depth,
+        ntags: 2 * depth + 1,
         nbufs: 2 * depth,
-        max_send_wr: depth,
+        max_send_wr: depth + 1,
         max_recv_wr: depth,
     };
     spawn_connect(shared, cfg, addr, index, handler, qp)
@@ -83,19 +94,25 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
 
 impl ClientState {
     /// How long the transport has been waiting for an acknowledgement: since the
-    /// post of the oldest SEND not completed yet, or since the last SEND
-    /// completion if that came later.
+    /// post of the oldest SEND (or probe) not completed yet, or since the last
+    /// SEND or probe completion if that came later.
     fn waited(&self) -> Option<Delta> {
-        let oldest = (0..MAX_DEPTH)
+        let sends = (0..MAX_DEPTH)
             .filter(|&k| self.is_busy(k))
-            .filter_map(|k| self.sent_at.get(k as usize).copied().flatten())
+            .filter_map(|k| self.sent_at.get(k as usize).copied().flatten());
+        let oldest = Iterator::chain(sends, self.watch.probe_posted())
             .map(|t| t.elapsed())
             .max();
-        let progress = self.last_ok.map(|t| t.elapsed());
+        let progress = self.watch.last_ok().map(|t| t.elapsed());
         match (oldest, progress) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Whether no SEND is in flight.
+    fn sends_idle(&self) -> bool {
+        self.busy.iter().all(|w| *w == 0)
     }
 
     fn is_busy(&self, k: u32) -> bool {
@@ -123,6 +140,11 @@ impl ClientConn {
             size: self.size,
             depth: self.depth,
         }
+    }
+
+    /// The probe's tag: after the send and receive slots.
+    fn probe_tag(&self) -> u32 {
+        2 * self.depth
     }
 
     /// The send slot of message `seq`.
@@ -186,7 +208,7 @@ impl ClientConn {
     fn on_echo(&self, conn: &Conn<Self>, tag: u32, len: u32) {
         let r = tag - self.depth;
         let (seq, sent) = {
-            let st = self.st.lock();
+            let mut st = self.st.lock();
             if st.done {
                 // The run is over and the connection closing: a late message is
                 // neither an echo nor counted.
@@ -200,10 +222,13 @@ impl ClientConn {
                 );
                 return;
             }
-            (
-                st.expected,
-                st.sent_at[(st.expected % u64::from(self.depth)) as usize],
-            )
+            let k = self.slot(st.expected);
+            // The echo is here: its deadline no longer runs, while it is
+            // checked below ([`ClientConn::watch`]).
+            if let Some(t) = st.acked_at.get_mut(k as usize) {
+                *t = None;
+            }
+            (st.expected, st.sent_at[k as usize])
         };
         let good = if len != self.size {
             false
@@ -213,7 +238,7 @@ impl ClientConn {
                 res.scan_buf(self.depth + r, len, |at, c| verify_at(c, at, total, seq))
             }) {
                 Ok(same) => same,
-                // Closed meanwhile (a stop drained the QP and took its buffers): the
+                // Closed meanwhile (a stop destroyed the QP and took its buffers): the
                 // echo can be neither verified nor counted; it is not a verify error.
                 Err(e) if e == ENOTCONN || !conn.is_open() => return,
                 Err(_) => false,
@@ -303,6 +328,10 @@ impl EchoConn for ClientConn {
         Refused::read(data.as_bytes(), self.hello())
     }
 
+    fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
+        self.watch(conn)
+    }
+
     /// The first batch: up to `depth` messages written and posted here, in
     /// process context once the endpoint's clients are all connected or
     /// failed, not in the `ESTABLISHED` handler.
@@ -313,8 +342,57 @@ impl EchoConn for ClientConn {
             return;
         }
         self.shared.read_back(conn);
-        self.st.lock().started = Some(Instant::now());
+        {
+            let mut st = self.st.lock();
+            st.watch.start(conn);
+            st.started = Some(Instant::now());
+        }
         self.pump(conn);
+    }
+}
+
+impl ClientConn {
+    /// The watch ([`EchoConn::tick`]): fails the connection when the oldest
+    /// echo it waits for has not come `echo_timeout_ms` after its message was
+    /// acknowledged, and posts a probe when one is due ([`Watch`]).
+    fn watch(&self, conn: &Conn<Self>) -> Option<u32> {
+        let mut st = self.st.lock();
+        if st.done {
+            return None;
+        }
+        let again = st.watch.again_ms();
+        if st.started.is_none() || st.inflight == 0 {
+            return Some(again);
+        }
+        let seq = st.expected;
+        let k = self.slot(seq);
+        let limit = Delta::from_millis(i64::from(self.echo_timeout_ms));
+        let late = !st.is_busy(k)
+            && st
+                .acked_at
+                .get(k as usize)
+                .copied()
+                .flatten()
+                .is_some_and(|t| t.elapsed() >= limit);
+        if late {
+            drop(st);
+            self.fail(
+                conn,
+                fmt!(
+                    "no echo of message {} within echo_timeout_ms {} of its acknowledgement",
+                    seq,
+                    self.echo_timeout_ms
+                ),
+            );
+            return None;
+        }
+        let idle = st.sends_idle();
+        if let Err(e) = st.watch.probe_if_due(conn, self.probe_tag(), idle) {
+            drop(st);
+            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
+            return None;
+        }
+        Some(again)
     }
 }
 
@@ -361,17 +439,27 @@ impl ConnHandler for ClientConn {
                 // What this connection's QP got, for the detection's event.
                 let qp = detect.and_then(|_| conn.qp_attrs().ok());
                 self.shared.wc_failed(conn.serial(), e.0, detect, qp);
-                let op = if tag < self.depth { "SEND" } else { "RECV" };
+                let op = if tag < self.depth {
+                    "SEND"
+                } else if tag == self.probe_tag() {
+                    "probe"
+                } else {
+                    "RECV"
+                };
                 self.fail(conn, fmt!("{} failed: {}", op, e));
             }
             Ok(_) if tag < self.depth => {
                 {
                     let mut st = self.st.lock();
                     st.set_busy(tag, false);
-                    st.last_ok = Some(Instant::now());
+                    st.watch.acked();
+                    if let Some(t) = st.acked_at.get_mut(tag as usize) {
+                        *t = Some(Instant::now());
+                    }
                 }
                 self.pump(conn);
             }
+            Ok(_) if tag == self.probe_tag() => self.st.lock().watch.probe_acked(),
             Ok(len) => self.on_echo(conn, tag, len),
         }
     }

@@ -77,6 +77,34 @@ impl<C: Completion> ResPtr<C> {
         to_result(unsafe { self.post_sq(cqe, ffi::IB_WR_SEND, addr, len, 0, 0) })
     }
 
+    /// Posts a signaled RDMA WRITE of zero bytes, with no buffer, no remote
+    /// address and no rkey: a probe that the peer's device acknowledges
+    /// without its software, and that touches no memory on either side (a
+    /// zero-length RDMA WRITE carries no address or rkey the responder
+    /// checks, IBTA C9-88; the CM gives every connected QP remote write
+    /// access). It is retried, and fails, as any request of the send queue.
+    pub(crate) fn post_probe(&self, tag: u32) -> Result {
+        let cqe = self.cqe(tag)?;
+        let wr = ffi::ib_rdma_wr {
+            wr: ffi::ib_send_wr {
+                __bindgen_anon_1: ffi::ib_send_wr__bindgen_ty_1 { wr_cqe: cqe },
+                sg_list: core::ptr::null_mut(),
+                num_sge: 0,
+                opcode: ffi::IB_WR_RDMA_WRITE,
+                send_flags: SIGNALED as c_int,
+                ..Zeroable::zeroed()
+            },
+            remote_addr: 0,
+            rkey: 0,
+        };
+        // SAFETY: The QP is live by the type invariant and `cqe` is one of its
+        // completion entries, which lives until the QP is drained. With no SGE
+        // the device reads and writes no local memory; the provider copies the
+        // request before it returns. The pointer is to the whole `ib_rdma_wr`,
+        // as in `post_sq`.
+        to_result(unsafe { ffi::cmecho_post_send(self.qp.as_ptr(), (&raw const wr).cast()) })
+    }
+
     /// Posts a signaled RDMA READ (or WRITE) between buffer `idx` at `off` and the
     /// peer's `raddr`/`rkey`; `EINVAL` for a zero length. A READ writes the buffer,
     /// and is refused with `EBUSY` as a receive is ([`ResPtr::post_recv`]).

@@ -32,14 +32,15 @@ declare -A BAD=(
 	[resolve_retries]="|abc|-1|11|256|$HUGE"
 	[connect_timeout_ms]="|abc|0|99|600001|-1|$HUGE"
 	[accept_timeout_ms]="|abc|0|99|600001|-1|$HUGE"
+	[echo_timeout_ms]="|abc|0|99|600001|-1|unset|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib resolve_timeout_ms
-resolve_retries connect_timeout_ms accept_timeout_ms"
+resolve_retries connect_timeout_ms accept_timeout_ms echo_timeout_ms"
 
 ktap_print_header
-ktap_set_plan 46
+ktap_set_plan 47
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -51,7 +52,7 @@ enable=0 min_rnr_timer=unset retry_count=unset rnr_retry_count=unset tos=unset
 ece_vendor_id=unset ece_attr_mod=unset ece_policy=relaxed initiator_depth=unset
 responder_resources=unset max_conns=256 mode=rping depth=1 duration_ms=unset
 mem_budget_kib=65536 resolve_timeout_ms=2000 resolve_retries=3 connect_timeout_ms=30000
-accept_timeout_ms=30000"
+accept_timeout_ms=30000 echo_timeout_ms=30000"
 ok=1
 for kv in $DEFAULTS; do
 	got=$(<$CFS/ep/${kv%%=*})
@@ -86,12 +87,12 @@ busy_writes() {
 	for a in role addr port ack_timeout count size clients min_rnr_timer retry_count \
 		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
 		responder_resources max_conns mode depth duration_ms mem_budget_kib \
-		resolve_timeout_ms resolve_retries connect_timeout_ms accept_timeout_ms enable; do
+		resolve_timeout_ms resolve_retries connect_timeout_ms accept_timeout_ms echo_timeout_ms enable; do
 		fread $CFS/$ep/$a before
 		case $a in
 		role) v=server; [ "$before" = "server"$'\n' ] && v=client ;;
 		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
-		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;; connect_timeout_ms | accept_timeout_ms) v=5000 ;;
+		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;; connect_timeout_ms | accept_timeout_ms | echo_timeout_ms) v=5000 ;;
 		enable) v=1 ;; *) v=2 ;;
 		esac
 		wr $CFS/$ep/$a "$v"
@@ -140,7 +141,7 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	depth=256 duration_ms=1500 duration_ms=unset mode=rping mem_budget_kib=64 \
 	mem_budget_kib=16777216 resolve_timeout_ms=100 resolve_timeout_ms=60000 \
 	resolve_retries=0 resolve_retries=10 connect_timeout_ms=100 connect_timeout_ms=600000 \
-	accept_timeout_ms=100 accept_timeout_ms=600000; do
+	accept_timeout_ms=100 accept_timeout_ms=600000 echo_timeout_ms=100 echo_timeout_ms=600000; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null

@@ -16,6 +16,9 @@
  *   burst        every message is echoed once, and the LAST-th one (default
  *                20) is followed at once by four more copies of its echo,
  *                arriving right after the client has what it asked for
+ *   silent       no message is echoed: each is received (and so acknowledged
+ *                by the device) and dropped; the first prints
+ *                "hostile_peer: silent: got a message, not echoed"
  *
  * It exits 0 once the connection ended (the peer disconnected), 1 on a setup
  * error, 2 when nothing happened for SECONDS (default 120).
@@ -91,7 +94,7 @@
 #define SLOTS 16
 #define BUF_SIZE 65536
 
-enum mode { DUP, UNSOLICITED, SHORT, CORRUPT, GOOD, BURST };
+enum mode { DUP, UNSOLICITED, SHORT, CORRUPT, GOOD, BURST, SILENT };
 
 struct peer {
 	enum mode mode;
@@ -189,6 +192,12 @@ static void answer(struct peer *p, unsigned int k, unsigned int len)
 
 			for (i = 0; i < 4; i++)
 				post_send(p, m, len);
+		}
+		break;
+	case SILENT:
+		if (p->received == 1) {
+			printf("hostile_peer: silent: got a message, not echoed\n");
+			fflush(stdout);
 		}
 		break;
 	default:
@@ -662,7 +671,7 @@ static int rping_client(const char *addr, const char *port, const char *mode)
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {
-		"dup", "unsolicited", "short", "corrupt", "good", "burst"
+		"dup", "unsolicited", "short", "corrupt", "good", "burst", "silent"
 	};
 	struct rdma_event_channel *ch;
 	struct sockaddr_storage ss;
@@ -684,7 +693,7 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(argv[1], "rping"))
 		return rping_client(argv[2], argv[3], argv[4]);
 	if (argc < 5 || strcmp(argv[1], "server")) {
-		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst [SECONDS [LAST]]\n"
+		fprintf(stderr, "usage: %s server ADDR PORT dup|unsolicited|short|corrupt|good|burst|silent [SECONDS [LAST]]\n"
 			"       %s client ADDR PORT vanish N\n"
 			"       %s client ADDR PORT hold N SECONDS LO HI\n"
 			"       %s client ADDR PORT hello good|none|v2|zero|big\n"
