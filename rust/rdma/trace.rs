@@ -116,6 +116,20 @@ tracepoint! {
 }
 
 tracepoint! {
+    /// Connection `conn` of `endpoint` was released; each part's time in µs
+    /// (see `cmecho_trace.h`).
+    fn release(
+        endpoint: &CStr,
+        conn: u32,
+        disconnect_us: u64,
+        drain_us: u64,
+        destroy_qp_us: u64,
+        free_us: u64,
+        destroy_id_us: u64,
+    ) => __tracepoint_cmecho_release, rust_do_trace_cmecho_release;
+}
+
+tracepoint! {
     /// An echo of `size` bytes came back on connection `conn` of `endpoint`
     /// after `rtt_ns`.
     fn echo_rtt(endpoint: &CStr, conn: u32, size: u32, rtt_ns: u64)

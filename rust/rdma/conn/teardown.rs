@@ -11,9 +11,11 @@ use crate::rdma::error::{step_err, StepError};
 use crate::rdma::event::Event;
 use crate::rdma::ffi;
 use crate::rdma::id::{give_back, EventId, Verdict};
+use crate::rdma::trace;
+use crate::rdma::verbs::DestroyTimes;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
-use kernel::time::msecs_to_jiffies;
+use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
 
 /// How long a release waits for the CM's `ESTABLISHED` of an accepted
 /// connection it was told is established (`Action::AwaitEstablished`): the
@@ -159,18 +161,32 @@ impl<H: ConnHandler> Conn<H> {
                 _ => return,
             }
         };
+        let us = |t: Instant<Monotonic>| u64::try_from(t.elapsed().as_micros_ceil()).unwrap_or(0);
+        let t = Instant::<Monotonic>::now();
         if let Some(id) = &id {
             // SAFETY: We own the id (taken out of the shared state above).
             let _ = unsafe { ffi::rdma_disconnect(id.as_ptr()) };
         }
+        let disconnect_us = us(t);
+        let mut parts = DestroyTimes::default();
         if let Some(res) = res {
             // SAFETY: The id under the resources is destroyed only below; this is
             // no completion of theirs (`close_and_wait` refuses one, `close` defers).
-            unsafe { res.destroy() };
+            parts = unsafe { res.destroy() };
         }
+        let t = Instant::<Monotonic>::now();
         if let Some(id) = id {
             id.destroy();
         }
+        trace::release(
+            self.handler.endpoint_name(),
+            self.serial,
+            disconnect_us,
+            parts.drain_us,
+            parts.destroy_qp_us,
+            parts.free_us,
+            us(t),
+        );
         if let Some(sink) = sink {
             // SAFETY: The id that used the sink as its context is destroyed.
             unsafe { sink.free() };

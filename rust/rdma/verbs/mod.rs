@@ -48,6 +48,7 @@ use objects::{Cq, Mr, Pd};
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
+use kernel::time::{Delta, Instant, Monotonic};
 
 /// The size of the QP and its work request bookkeeping.
 #[derive(Clone, Copy, Debug)]
@@ -129,6 +130,17 @@ struct Parts {
     pd: Pd,
     cqes: KVec<Cqe>,
     wcqes: KVec<Cqe>,
+}
+
+/// How long each part of [`ResPtr::destroy`] took, in µs.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct DestroyTimes {
+    /// `ib_drain_qp`.
+    pub(crate) drain_us: u64,
+    /// `rdma_destroy_qp`.
+    pub(crate) destroy_qp_us: u64,
+    /// The buffers and their MRs, the CQ, the PD.
+    pub(crate) free_us: u64,
 }
 
 /// The QP resources of one connection.
@@ -269,21 +281,29 @@ impl<C: Completion> ResPtr<C> {
     /// The CM id the resources were created on must still be live, and the caller
     /// must not be one of these resources' own completion callbacks (the drain
     /// waits for them).
-    pub(super) unsafe fn destroy(self) {
+    pub(super) unsafe fn destroy(self) -> DestroyTimes {
         let mut me = ManuallyDrop::new(self);
-        // SAFETY: The QP is live by the type invariant, its id by the caller's
-        // guarantee. After the drain every posted request has completed, and no
-        // completion callback runs for it any more.
-        unsafe {
-            ffi::ib_drain_qp(me.qp.as_ptr());
-            ffi::rdma_destroy_qp(me.id.as_ptr());
-        }
+        let t0 = Instant::<Monotonic>::now();
+        // SAFETY: The QP is live by the type invariant. After the drain every
+        // posted request has completed, and no completion callback runs for
+        // it any more.
+        unsafe { ffi::ib_drain_qp(me.qp.as_ptr()) };
+        let t1 = Instant::<Monotonic>::now();
+        // SAFETY: The QP is drained; its id is live by the caller's guarantee.
+        unsafe { ffi::rdma_destroy_qp(me.id.as_ptr()) };
+        let t2 = Instant::<Monotonic>::now();
         // SAFETY: Dropped once, here; the QP that used the parts is gone, and
         // `Cq`'s drop waits for the CQ's work before the `Cqe`s go.
         unsafe { ManuallyDrop::drop(&mut me.parts) };
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
         // `Arc<C>`, and no `Cqe` uses it any more.
         drop(unsafe { Arc::from_raw(me.ctx) });
+        let us = |d: Delta| u64::try_from(d.as_micros_ceil()).unwrap_or(0);
+        DestroyTimes {
+            drain_us: us(t1 - t0),
+            destroy_qp_us: us(t2 - t1),
+            free_us: us(t2.elapsed()),
+        }
     }
 
     /// What the provider reports for the QP (`ib_query_qp`).

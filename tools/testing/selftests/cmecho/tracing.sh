@@ -3,13 +3,14 @@
 # cmecho's tracepoints (Documentation/cmecho.rst, "Tracepoints"), enabled through
 # tracefs and checked against what configfs reports for the same run: a native
 # echo client's connection states and setup steps, the server's accept, one
-# round-trip event per echo with the stats' minimum and maximum, and a detection
+# round-trip event per echo with the stats' minimum and maximum, a release per
+# connection with each part timed, and a detection
 # on a cut path with the ack timeout and retry count the QP got. With the events
 # off, a run leaves none.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 11
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -18,8 +19,8 @@ TR=/sys/kernel/tracing
 [ -e $TR/trace ] || mount -t tracefs nodev $TR
 EV=$TR/events/cmecho
 
-ktap_check "tracefs lists cmecho's four events" eval \
-	'[ -d $EV/cmecho_conn_state ] && [ -d $EV/cmecho_cm_step ] && [ -d $EV/cmecho_detect ] && [ -d $EV/cmecho_echo_rtt ]'
+ktap_check "tracefs lists cmecho's five events" eval \
+	'[ -d $EV/cmecho_conn_state ] && [ -d $EV/cmecho_cm_step ] && [ -d $EV/cmecho_detect ] && [ -d $EV/cmecho_echo_rtt ] && [ -d $EV/cmecho_release ]'
 
 # trace_read: the trace buffer's text, in TRACE_TEXT, read once from start to
 # end. (Not line by line: bash's read on a seekable file reads ahead and seeks
@@ -132,8 +133,28 @@ ktap_check "cmecho_echo_rtt: one event per echo in stats (20), size 64, on the c
 ktap_check "cmecho_echo_rtt: the events' minimum and maximum are the stats' rtt_min_us and rtt_max_us" \
 	eval '[ "$min" = "$(ep_get cli stats rtt_min_us)" ] && [ "$max" = "$(ep_get cli stats rtt_max_us)" ]'
 
-# A detection: the path cut under a running client (as ack_timeout.sh does).
+# Removing the endpoints releases both connections: one cmecho_release each,
+# on the connection the states named for the client, every part timed.
 rmdir_endpoints
+trace_read
+mapfile -t rel < <(trace_of cmecho_release cli)
+mapfile -t srv_rel < <(trace_of cmecho_release srv)
+ktap_print_msg "release: cli ${rel[*]:-none}; srv ${srv_rel[*]:-none}"
+rel_ok=0
+if [ ${#rel[@]} = 1 ] && [ ${#srv_rel[@]} = 1 ]; then
+	rel_ok=1
+	fv conn "${rel[0]}"
+	[ "$REPLY" = "$conn" ] || rel_ok=0
+	for l in "${rel[0]}" "${srv_rel[0]}"; do
+		for f in disconnect_us drain_us destroy_qp_us free_us destroy_id_us; do
+			fv $f "$l"
+			[[ $REPLY =~ ^[0-9]+$ ]] || rel_ok=0
+		done
+	done
+fi
+ktap_check "cmecho_release: one per connection when the endpoints go, each part timed" test $rel_ok = 1
+
+# A detection: the path cut under a running client (as ack_timeout.sh does).
 echo >$TR/trace
 tc -n $NS_B qdisc add dev vb root netem loss 0%
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7107 enable=1
