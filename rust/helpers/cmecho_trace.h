@@ -132,23 +132,21 @@ TRACE_EVENT(cmecho_echo_rtt,
 
 /*
  * A connection was released: how long each part took, in us. disconnect_us:
- * rdma_disconnect (nothing when the connection was not connected); drain_us:
- * ib_drain_qp, until every request posted completed; destroy_qp_us:
- * rdma_destroy_qp; free_us: the buffers, their MRs, the CQ and the PD;
- * destroy_id_us: rdma_destroy_id, which waits for the id's CM handlers. A part
- * the connection did not have (no QP yet) is 0.
+ * rdma_disconnect (nothing when the connection was not connected);
+ * destroy_qp_us: rdma_destroy_qp; free_us: the CQ (ib_free_cq waits for its
+ * completion work), the buffers, their MRs and the PD; destroy_id_us:
+ * rdma_destroy_id, which waits for the id's CM handlers. A part the
+ * connection did not have (no QP yet) is 0.
  */
 TRACE_EVENT(cmecho_release,
 	TP_PROTO(const char *endpoint, u32 conn, u64 disconnect_us,
-		 u64 drain_us, u64 destroy_qp_us, u64 free_us,
-		 u64 destroy_id_us),
-	TP_ARGS(endpoint, conn, disconnect_us, drain_us, destroy_qp_us,
-		free_us, destroy_id_us),
+		 u64 destroy_qp_us, u64 free_us, u64 destroy_id_us),
+	TP_ARGS(endpoint, conn, disconnect_us, destroy_qp_us, free_us,
+		destroy_id_us),
 	TP_STRUCT__entry(
 		__string(endpoint, endpoint)
 		__field(u32, conn)
 		__field(u64, disconnect_us)
-		__field(u64, drain_us)
 		__field(u64, destroy_qp_us)
 		__field(u64, free_us)
 		__field(u64, destroy_id_us)
@@ -157,14 +155,13 @@ TRACE_EVENT(cmecho_release,
 		__assign_str(endpoint);
 		__entry->conn = conn;
 		__entry->disconnect_us = disconnect_us;
-		__entry->drain_us = drain_us;
 		__entry->destroy_qp_us = destroy_qp_us;
 		__entry->free_us = free_us;
 		__entry->destroy_id_us = destroy_id_us;
 	),
-	TP_printk("endpoint=%s conn=%u disconnect_us=%llu drain_us=%llu destroy_qp_us=%llu free_us=%llu destroy_id_us=%llu",
+	TP_printk("endpoint=%s conn=%u disconnect_us=%llu destroy_qp_us=%llu free_us=%llu destroy_id_us=%llu",
 		  __get_str(endpoint), __entry->conn, __entry->disconnect_us,
-		  __entry->drain_us, __entry->destroy_qp_us, __entry->free_us,
+		  __entry->destroy_qp_us, __entry->free_us,
 		  __entry->destroy_id_us)
 );
 

@@ -122,7 +122,6 @@ tracepoint! {
         endpoint: &CStr,
         conn: u32,
         disconnect_us: u64,
-        drain_us: u64,
         destroy_qp_us: u64,
         free_us: u64,
         destroy_id_us: u64,

@@ -27,7 +27,8 @@
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the
-//! CM's handlers and drain CQs, which take locks 3 to 5. `Shared::inner` is not
+//! CM's handlers and free CQs (waiting for their completion work), which take
+//! locks 3 to 5. `Shared::inner` is not
 //! held while a `Run` that holds a listener is dropped, for the same reason,
 //! nor while the endpoint's timer is disarmed: that waits for its `fire`,
 //! which takes `Shared::inner`. A client's watchdog calls into each

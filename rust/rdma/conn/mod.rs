@@ -42,7 +42,7 @@
 //!    item (`rdma_lock_handler`, around the QP's creation, `setup` and
 //!    `rdma_accept`) and, in effect, by `rdma_destroy_id`, which waits for it.
 //! 2. A CQ's completion work: [`ConnHandler::completion`] runs in it, and
-//!    destroying QP resources drains it.
+//!    destroying QP resources waits for it (`ib_free_cq`).
 //! 3. The ULP's own locks.
 //! 4. [`Conn`]'s `res` (`cmecho_conn_res`): held while a [`Conn::with_res`]
 //!    closure runs, and while the QP resources are created or taken out.
@@ -52,7 +52,7 @@
 //!    parameter setters, `rdma_disconnect` and `rdma_create_qp`.
 //!
 //! So no lock of 3 to 5 is held while calling a CM function that takes a
-//! handler mutex, or while draining a QP: this layer calls `rdma_connect`,
+//! handler mutex, or while freeing a CQ: this layer calls `rdma_connect`,
 //! `rdma_resolve_*`, `rdma_listen` and `rdma_destroy_id` and destroys QP
 //! resources with its own locks released. The ULP's closures run under a lock
 //! of this layer only in [`Conn::with_res`], under `cmecho_conn_res`; what

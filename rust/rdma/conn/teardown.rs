@@ -63,8 +63,8 @@ impl<H: ConnHandler> Conn<H> {
         self.wait_for(State::Disconnected, "rdma_disconnect", ms)
     }
 
-    /// Closes the connection from any context: disconnects, drains and destroys the
-    /// QP, frees the buffers, destroys the id. The work runs on the module's
+    /// Closes the connection from any context: disconnects, destroys the QP,
+    /// frees the CQ and the buffers, destroys the id. The work runs on the module's
     /// workqueue, so this is safe in CM and completion handlers.
     pub(crate) fn close(&self) {
         let me = {
@@ -97,7 +97,7 @@ impl<H: ConnHandler> Conn<H> {
     /// from this connection's own `setup` in
     /// [`Connector::connect`](super::Connector::connect).
     /// Closing waits for the CM handlers (`rdma_destroy_id`), for `connect` or
-    /// the accept's work item, and drains the completions: from a callback,
+    /// the accept's work item, and for the CQ's completion work: from a callback,
     /// two connections each closing the other would wait for each other.
     /// Callbacks use [`Conn::close`].
     pub(crate) fn close_and_wait(&self) -> Result {
@@ -182,7 +182,6 @@ impl<H: ConnHandler> Conn<H> {
             self.handler.endpoint_name(),
             self.serial,
             disconnect_us,
-            parts.drain_us,
             parts.destroy_qp_us,
             parts.free_us,
             us(t),
@@ -228,7 +227,7 @@ impl<H: ConnHandler> Conn<H> {
         };
         if let Some(res) = res {
             // SAFETY: The id is handed back only below; a CM handler is not a
-            // completion, so draining is allowed here.
+            // completion, so waiting for the CQ's work is allowed here.
             unsafe { res.destroy() };
         }
         // The sink goes with the id: the entry point frees it once the CM has

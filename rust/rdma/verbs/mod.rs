@@ -7,9 +7,9 @@
 //!
 //! A [`ResPtr`] owns them all. Each kernel object has a type here that frees it on
 //! drop ([`Pd`], [`Cq`], [`Mr`], [`DmaBuf`]); the QP lives in the CM id, and
-//! [`ResPtr::destroy`] drains and destroys it before anything else goes, then
-//! drops the rest in the order MRs and buffers, CQ, PD, and last the [`Cqe`]s
-//! the work requests pointed to. Every index, tag and length a caller passes is
+//! [`ResPtr::destroy`] destroys it before anything else goes, then drops the
+//! rest in the order CQ, MRs and buffers, PD, and last the [`Cqe`]s the work
+//! requests pointed to. Every index, tag and length a caller passes is
 //! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
 //! cannot (macros, static inlines, fields of structs without a Rust layout), and
 //! fills in the work requests: their opcode, flags and access rights, the CQ's
@@ -112,21 +112,23 @@ impl QpAttrs {
     }
 }
 
-/// What a [`ResPtr`] frees after its QP, in field order: buffers and their MRs,
-/// the CQ, the PD, then the [`Cqe`]s (the last tag's is the registrations') and
-/// the writer [`Cqe`]s (one per tag, for receives and RDMA READs).
+/// What a [`ResPtr`] frees after its QP, in field order: the CQ, buffers and
+/// their MRs, the PD, then the [`Cqe`]s (the last tag's is the registrations')
+/// and the writer [`Cqe`]s (one per tag, for receives and RDMA READs).
 ///
 /// # Invariants
 ///
-/// The fields are declared in the order they must be freed. The buffers and MRs
-/// are of the device and PD of `pd`. `bufs`, `cqes` and `wcqes` are never
+/// The fields are declared in the order they must be freed: the CQ first, since
+/// freeing it waits for its completion work, after which no completion
+/// callback runs (and so none reaches a buffer's count of requests in flight
+/// or a `Cqe`). The buffers and MRs are of the device and PD of `pd`. `bufs`, `cqes` and `wcqes` are never
 /// resized once built, so the addresses work requests hold stay valid (and
 /// those of the buffers' `writers` counts); each slot of `bufs` is set at most
 /// once.
 struct Parts {
-    bufs: KVec<OnceCell<DmaBuf>>,
     #[expect(dead_code, reason = "held for its drop")]
     cq: Cq,
+    bufs: KVec<OnceCell<DmaBuf>>,
     pd: Pd,
     cqes: KVec<Cqe>,
     wcqes: KVec<Cqe>,
@@ -135,18 +137,18 @@ struct Parts {
 /// How long each part of [`ResPtr::destroy`] took, in µs.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct DestroyTimes {
-    /// `ib_drain_qp`.
-    pub(crate) drain_us: u64,
     /// `rdma_destroy_qp`.
     pub(crate) destroy_qp_us: u64,
-    /// The buffers and their MRs, the CQ, the PD.
+    /// The CQ (`ib_free_cq` waits for its completion work), the buffers and
+    /// their MRs, the PD.
     pub(crate) free_us: u64,
 }
 
 /// The QP resources of one connection.
 ///
-/// Dropping one without [`ResPtr::destroy`] leaks it: its QP must be drained
-/// before anything under it is freed, and only `destroy` can.
+/// Dropping one without [`ResPtr::destroy`] leaks it: its QP must be destroyed,
+/// and its CQ's completion work stopped, before anything under them is freed,
+/// and only `destroy` can.
 ///
 /// # Invariants
 ///
@@ -206,14 +208,15 @@ impl<C: Completion> ResPtr<C> {
             .checked_add(cfg.max_recv_wr)
             .and_then(|n| n.checked_add(2))
             .ok_or(EINVAL)?;
-        // One more in each queue for the drain work requests of `ib_drain_qp`
-        // (which `nr_cqe` fits).
+        // One more in each queue, and two more CQEs, than the configuration
+        // asks for: the slots the drain work requests once took, kept as a
+        // margin (the ULPs' depths were sized with them).
         let (send_wr, recv_wr) = (cfg.max_send_wr + 1, cfg.max_recv_wr + 1);
         let ncqes = (cfg.ntags as usize).checked_add(1).ok_or(EINVAL)?;
         let mut cqes = KVec::with_capacity(ncqes, GFP_KERNEL)?;
         for tag in 0..cfg.ntags {
             // SAFETY: `ctx` is kept, as the invariant says, until `destroy` has
-            // drained the QP and freed the CQ.
+            // destroyed the QP and freed the CQ.
             cqes.push(unsafe { Cqe::new(ctx, tag, true, false) }, GFP_KERNEL)?;
         }
         // SAFETY: As above.
@@ -274,35 +277,44 @@ impl<C: Completion> ResPtr<C> {
         })
     }
 
-    /// Drains and destroys the QP, frees everything, and drops the context reference.
+    /// Destroys the QP, frees the CQ and then everything else, and drops the
+    /// context reference; returns how long each part took.
+    ///
+    /// The QP is not drained first. Destroying it ends the device's use of it:
+    /// of every buffer and MR, and of the requests still posted, which leave
+    /// the consumer's scope (their completions may be in the CQ or not). Freeing
+    /// the CQ next cancels its completion work and waits for a run under way;
+    /// after that no completion callback runs, and completions still queued go
+    /// with the CQ. Only then go the buffers (whose counts the callbacks
+    /// update), the MRs, the PD and the `Cqe`s. A drain would only make the
+    /// release wait for two more completions to travel through the CQ's
+    /// workqueue (`ib_drain_qp`), most of what a release cost.
     ///
     /// # Safety
     ///
     /// The CM id the resources were created on must still be live, and the caller
-    /// must not be one of these resources' own completion callbacks (the drain
-    /// waits for them).
+    /// must not be one of these resources' own completion callbacks (freeing the
+    /// CQ waits for them).
     pub(super) unsafe fn destroy(self) -> DestroyTimes {
         let mut me = ManuallyDrop::new(self);
         let t0 = Instant::<Monotonic>::now();
-        // SAFETY: The QP is live by the type invariant. After the drain every
-        // posted request has completed, and no completion callback runs for
-        // it any more.
-        unsafe { ffi::ib_drain_qp(me.qp.as_ptr()) };
-        let t1 = Instant::<Monotonic>::now();
-        // SAFETY: The QP is drained; its id is live by the caller's guarantee.
+        // SAFETY: The QP is live by the type invariant, its id by the caller's
+        // guarantee. Once it returns the device uses neither the QP nor what
+        // its requests named, and adds no completion of its to the CQ.
         unsafe { ffi::rdma_destroy_qp(me.id.as_ptr()) };
-        let t2 = Instant::<Monotonic>::now();
-        // SAFETY: Dropped once, here; the QP that used the parts is gone, and
-        // `Cq`'s drop waits for the CQ's work before the `Cqe`s go.
+        let t1 = Instant::<Monotonic>::now();
+        // SAFETY: Dropped once, here, in field order: first the CQ, which no
+        // QP uses any more and whose drop (`ib_free_cq`) waits for a
+        // completion callback under way and runs none after; then what the
+        // callbacks reached.
         unsafe { ManuallyDrop::drop(&mut me.parts) };
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
         // `Arc<C>`, and no `Cqe` uses it any more.
         drop(unsafe { Arc::from_raw(me.ctx) });
         let us = |d: Delta| u64::try_from(d.as_micros_ceil()).unwrap_or(0);
         DestroyTimes {
-            drain_us: us(t1 - t0),
-            destroy_qp_us: us(t2 - t1),
-            free_us: us(t2.elapsed()),
+            destroy_qp_us: us(t1 - t0),
+            free_us: us(t1.elapsed()),
         }
     }
 
@@ -407,7 +419,7 @@ impl<C: Completion> ResPtr<C> {
         let mut rkey = 0u32;
         let mut addr = 0u64;
         // SAFETY: QP, MR and buffer are live by the type invariants; the MR was
-        // allocated for this buffer's pages; `reg` lives until the QP is drained.
+        // allocated for this buffer's pages; `reg` lives until the CQ is freed.
         to_result(unsafe {
             ffi::cmecho_post_reg(
                 self.qp.as_ptr(),

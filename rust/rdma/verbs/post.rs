@@ -29,8 +29,8 @@ impl<C: Completion> ResPtr<C> {
                 ..Zeroable::zeroed()
             };
             // SAFETY: The QP is live by the type invariant; `addr..addr + len` is
-            // in a mapped buffer of its PD, and `cqe` lives until the QP is
-            // drained. The provider copies the request and its SGE before it
+            // in a mapped buffer of its PD, and `cqe` lives until the CQ is
+            // freed. The provider copies the request and its SGE before it
             // returns.
             unsafe { ffi::cmecho_post_recv(self.qp.as_ptr(), &wr) }
         };
@@ -63,7 +63,7 @@ impl<C: Completion> ResPtr<C> {
         }
         let addr = b.dma + u64::from(off);
         // SAFETY: Only the thread holding `self`, which is not `Sync`, posts. The
-        // buffer, and so its `writers`, lives until `destroy` has drained the QP.
+        // buffer, and so its `writers`, lives until `destroy` has freed the CQ.
         // `post` posts one request writing only this buffer, by the caller's
         // guarantee.
         unsafe { cqe.post_writer(&b.writers, |c| post(c, addr)) }
@@ -98,7 +98,7 @@ impl<C: Completion> ResPtr<C> {
             rkey: 0,
         };
         // SAFETY: The QP is live by the type invariant and `cqe` is one of its
-        // completion entries, which lives until the QP is drained. With no SGE
+        // completion entries, which lives until the CQ is freed. With no SGE
         // the device reads and writes no local memory; the provider copies the
         // request before it returns. The pointer is to the whole `ib_rdma_wr`,
         // as in `post_sq`.
@@ -147,7 +147,7 @@ impl<C: Completion> ResPtr<C> {
     /// # Safety
     ///
     /// `cqe` must be a completion entry of these resources, which lives until
-    /// the QP is drained, and `addr..addr + len` must lie in a buffer of their
+    /// the CQ is freed, and `addr..addr + len` must lie in a buffer of their
     /// PD, mapped for DMA.
     unsafe fn post_sq(
         &self,

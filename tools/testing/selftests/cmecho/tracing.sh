@@ -146,7 +146,7 @@ if [ ${#rel[@]} = 1 ] && [ ${#srv_rel[@]} = 1 ]; then
 	fv conn "${rel[0]}"
 	[ "$REPLY" = "$conn" ] || rel_ok=0
 	for l in "${rel[0]}" "${srv_rel[0]}"; do
-		for f in disconnect_us drain_us destroy_qp_us free_us destroy_id_us; do
+		for f in disconnect_us destroy_qp_us free_us destroy_id_us; do
 			fv $f "$l"
 			[[ $REPLY =~ ^[0-9]+$ ]] || rel_ok=0
 		done
