@@ -244,10 +244,22 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	for c in "${CM_CONNS[@]}"; do
 		progress "CM setup, $c connections: cmecho_cmtime at_once=1"
 		mark=$(dmesg | wc -l)
+		# Where each release's time goes: the sample's cmecho_release events,
+		# enabled as it loads, read before it unloads (which empties the
+		# buffer of events of its own).
+		echo >$TRACEFS/trace
+		echo "cmecho_cmtime:cmecho_release:mod:cmecho_cmtime" >>$TRACEFS/set_event
+		echo 1 >$TRACEFS/tracing_on
 		in_ns $NS_B timeout 600 insmod "$CMTIME_KO" addr=$ADDR_A port=7310 conns=$c at_once=1
 		log=$(dmesg | tail -n +$((mark + 1)) | grep 'cmecho_cmtime:')
 		printf '# round %s: cmecho_cmtime conns=%s at_once=1\n%s\n' "$round" $c "$log" >>"$OUT/cmtime.log"
+		rel=$(grep ' cmecho_release: ' $TRACEFS/trace | awk '
+			{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] ~ /_us$/) s[kv[1]] += kv[2] }; n++ }
+			END { printf "releases=%d ", n; for (k in s) printf "%s=%.1f ", k, s[k] / n }')
+		echo 0 >$TRACEFS/tracing_on
+		echo >$TRACEFS/set_event
 		rmmod cmecho_cmtime 2>/dev/null
+		record "cm_$c" release "$rel"
 		# "N of M connections to ..." and "step NAME total T per_conn ...": T / N.
 		kv=$(echo "$log" | awk '
 			/ connections to / { for (i = 2; i <= NF; i++) if ($i == "of") ok = $(i - 1) }
