@@ -7,19 +7,26 @@
 //! go-ahead (it has RDMA-READ the source), SEND {sink}, wait for the second
 //! go-ahead (it has RDMA-WRITten the sink), compare sink and source. Everything
 //! after the connect runs in completion handlers: no thread waits per connection.
+//! A wait for a go-ahead with no SEND in flight is watched
+//! ([`crate::echo::watch`]): probes detect a server that dies, and a go-ahead
+//! that has not come `echo_timeout_ms` after the SEND's acknowledgement fails
+//! the connection.
 
 use super::{Msg, MSG_LEN};
+use crate::echo::watch::Watch;
 use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
 use crate::rdma::{Conn, ConnHandler, EndReason};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
-use kernel::time::{Instant, Monotonic};
+use kernel::time::{Delta, Instant, Monotonic};
 
 /// Completion tags.
 const T_RECV: u32 = 0;
 const T_SEND: u32 = 1;
+/// The probe's (no buffer).
+const T_PROBE: u32 = 2;
 
 /// Buffer slots.
 const B_RECV: u32 = 0;
@@ -29,7 +36,7 @@ const B_SRC: u32 = 3;
 const B_SINK: u32 = 4;
 
 const QP: QpConfig = QpConfig {
-    ntags: 2,
+    ntags: 3,
     nbufs: 5,
     max_send_wr: 16,
     max_recv_wr: 4,
@@ -56,6 +63,12 @@ struct Progress {
     run_started: Option<Instant<Monotonic>>,
     src: Msg,
     sink: Msg,
+    /// SENDs posted and not completed yet.
+    sends: u32,
+    /// When the SEND the current wait follows completed: the server's device
+    /// has it, and its answer is due.
+    acked_at: Option<Instant<Monotonic>>,
+    watch: Watch,
 }
 
 /// One client connection.
@@ -65,6 +78,7 @@ pub(super) struct ClientConn {
     index: u32,
     size: u32,
     count: u64,
+    echo_timeout_ms: u32,
     #[pin]
     progress: Mutex<Progress>,
 }
@@ -76,6 +90,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
         index,
         size: cfg.size,
         count: cfg.count,
+        echo_timeout_ms: cfg.echo_timeout_ms,
         progress <- new_mutex!(Progress {
             phase: Phase::Setup,
             n: 0,
@@ -84,6 +99,9 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             run_started: None,
             src: Msg { addr: 0, rkey: 0, size: 0 },
             sink: Msg { addr: 0, rkey: 0, size: 0 },
+            sends: 0,
+            acked_at: None,
+            watch: Watch::new(),
         }, "cmecho_rping_cli_progress"),
     });
     spawn_connect(shared, cfg, addr, index, handler, QP)
@@ -136,6 +154,8 @@ impl ClientConn {
             res.write_buf(B_SRC_MSG, 0, &m)?;
             res.post_send(T_SEND, B_SRC_MSG, 0, MSG_LEN)
         })?;
+        p.sends += 1;
+        p.acked_at = None;
         p.phase = Phase::WaitRead;
         p.started = Some(Instant::now());
         Ok(())
@@ -145,6 +165,8 @@ impl ClientConn {
         if len != MSG_LEN {
             return Err("protocol error: received a message that is not 16 bytes");
         }
+        // The answer is here: its deadline no longer runs ([`ClientConn::watch`]).
+        self.progress.lock().acked_at = None;
         conn.with_res(|res| res.post_recv(T_RECV, B_RECV, 0, MSG_LEN))
             .map_err(|_| "cannot repost the receive")?;
         let phase = self.progress.lock().phase;
@@ -158,7 +180,12 @@ impl ClientConn {
                     res.post_send(T_SEND, B_SINK_MSG, 0, MSG_LEN)
                 })
                 .map_err(|_| "cannot send the sink buffer")?;
-                self.progress.lock().phase = Phase::WaitWrite;
+                // Its completion comes through this CQ's work, which is
+                // running this: after these lines.
+                let mut p = self.progress.lock();
+                p.sends += 1;
+                p.acked_at = None;
+                p.phase = Phase::WaitWrite;
                 Ok(())
             }
             Phase::WaitWrite => {
@@ -198,7 +225,48 @@ impl ClientConn {
     }
 }
 
+impl ClientConn {
+    /// The watch ([`EchoConn::tick`]): fails the connection when the server's
+    /// go-ahead has not come `echo_timeout_ms` after the SEND it answers was
+    /// acknowledged, and posts a probe when one is due ([`Watch`]).
+    fn watch(&self, conn: &Conn<Self>) -> Option<u32> {
+        let mut p = self.progress.lock();
+        let again = p.watch.again_ms();
+        match p.phase {
+            Phase::Done => return None,
+            Phase::Setup => return Some(again),
+            Phase::WaitRead | Phase::WaitWrite => {}
+        }
+        let limit = Delta::from_millis(i64::from(self.echo_timeout_ms));
+        let late = p.sends == 0 && p.acked_at.is_some_and(|t| t.elapsed() >= limit);
+        if late {
+            let n = p.n;
+            drop(p);
+            self.fail(
+                conn,
+                fmt!(
+                    "ping {}: no answer within echo_timeout_ms {} of its acknowledgement",
+                    n,
+                    self.echo_timeout_ms
+                ),
+            );
+            return None;
+        }
+        let idle = p.sends == 0;
+        if let Err(e) = p.watch.probe_if_due(conn, T_PROBE, idle) {
+            drop(p);
+            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
+            return None;
+        }
+        Some(again)
+    }
+}
+
 impl EchoConn for ClientConn {
+    fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
+        self.watch(conn)
+    }
+
     fn setup_failed(&self) {
         self.finish(false);
     }
@@ -221,7 +289,11 @@ impl EchoConn for ClientConn {
             return;
         }
         self.shared.read_back(conn);
-        self.progress.lock().run_started = Some(Instant::now());
+        {
+            let mut p = self.progress.lock();
+            p.watch.start(conn);
+            p.run_started = Some(Instant::now());
+        }
         // The source is read by the server, the sink written: fast registrations,
         // posted ahead of the first SEND that advertises them.
         let regs =
@@ -280,6 +352,7 @@ impl ConnHandler for ClientConn {
                 let op = match tag {
                     T_RECV => "RECV",
                     TAG_REG => "memory registration",
+                    T_PROBE => "probe",
                     _ => "SEND",
                 };
                 self.fail(conn, fmt!("{} failed: {}", op, e));
@@ -290,6 +363,15 @@ impl ConnHandler for ClientConn {
                     self.fail(conn, fmt!("ping {}: {}", n, msg));
                 }
             }
+            Ok(_) if tag == T_SEND => {
+                let mut p = self.progress.lock();
+                p.sends = p.sends.saturating_sub(1);
+                p.watch.acked();
+                if p.sends == 0 && p.acked_at.is_none() {
+                    p.acked_at = Some(Instant::now());
+                }
+            }
+            Ok(_) if tag == T_PROBE => self.progress.lock().watch.probe_acked(),
             Ok(_) => {}
         }
     }

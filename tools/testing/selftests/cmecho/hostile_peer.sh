@@ -4,9 +4,9 @@
 # server it sends echoes twice, a message nobody asked for, short and corrupted
 # echoes to cmecho's echo-mode client: each fails that one connection with a
 # reason in last_error; copies sent right behind the last echo are ignored.
-# A peer that never echoes fails the client echo_timeout_ms after its message
-# was acknowledged; if it then dies, the client's zero-length RDMA WRITE probe
-# detects it by the ack timeout.
+# A peer that never answers fails the client (echo or rping) echo_timeout_ms
+# after its message was acknowledged; if it then dies, the client's
+# zero-length RDMA WRITE probe detects it by the ack timeout.
 # As a client it asks to connect and goes away before the connection is
 # established, against a server with max_conns: the failed connections are
 # released; a request whose hello (size and depth) is missing, of another
@@ -45,7 +45,7 @@ res_grew() {
 }
 
 ktap_print_header
-ktap_set_plan 31
+ktap_set_plan 32
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -95,8 +95,8 @@ ktap_check "extra echoes right behind the last one: ignored, the run is done" \
 	test "$STATE" = done
 
 # silent_run EP PORT KNOB...: the peer in namespace a receives every message
-# (its device acknowledges each) and echoes none; cmecho's depth-1 client EP
-# in b, with KNOB..., waits for an echo with nothing of its own outstanding.
+# (its device acknowledges each) and answers none; cmecho's client EP in b,
+# with KNOB..., waits for an answer with nothing of its own outstanding.
 # Returns once the peer got the first message; the peer's pid is in PEER_PID.
 silent_run() {
 	local ep=$1 port=$2
@@ -104,8 +104,7 @@ silent_run() {
 	ip netns exec $NS_A "$PEER" server $ADDR_A $port silent 60 >/tmp/peer_silent.log 2>&1 &
 	PEER_PID=$!
 	wait_for 600 cm_listening $port || ktap_print_msg "silent: the peer is not listening"
-	endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A port=$port count=20 depth=1 \
-		ack_timeout=14 retry_count=2 "$@" enable=1 &&
+	endpoint $NS_B $ep role=client addr=$ADDR_A port=$port "$@" enable=1 &&
 		wait_for 600 grep -q "got a message" /tmp/peer_silent.log
 }
 silent_end() {
@@ -117,18 +116,22 @@ silent_end() {
 	sed 's/^/# peer silent: /' /tmp/peer_silent.log
 }
 
-# A peer alive whose software never echoes: its device acknowledges the
-# message and each keepalive probe; the client gives up echo_timeout_ms after
-# the acknowledgement, with the reason, and does not wait for the end of its
-# run (no run end here but its count).
-t0=$SECONDS
-silent_run mute 7306 echo_timeout_ms=2000
-wait_done mute 60
-took=$((SECONDS - t0))
-ktap_check "a peer that never echoes: the client fails echo_timeout_ms later (here $took s), saying why" \
-	eval '[ "$(<$CFS/mute/state)" = error ] &&
-		grep -q "no echo of message 0 within echo_timeout_ms 2000" $CFS/mute/last_error'
-silent_end mute
+# mute_check EP PORT WHO MSG KNOB...: the silent peer stays alive, its device
+# acknowledging each message and each probe; client EP (KNOB...,
+# echo_timeout_ms 2000) gives up 2 s after the acknowledgement, with MSG in
+# last_error, and does not wait for the end of its run (its count).
+mute_check() {
+	local ep=$1 port=$2 who=$3 msg=$4 t0=$SECONDS
+	shift 4
+	silent_run $ep $port "$@" echo_timeout_ms=2000
+	wait_done $ep 60
+	ktap_check "$who never answers: the client fails echo_timeout_ms later (here $((SECONDS - t0)) s), saying why" \
+		eval '[ "$(<$CFS/$ep/state)" = error ] && grep -q "$msg" $CFS/$ep/last_error'
+	silent_end $ep
+}
+
+mute_check mute 7306 "an echo peer" "no echo of message 0 within echo_timeout_ms 2000" \
+	mode=echo count=20 depth=1
 
 # The same peer, then the path cut: the client has nothing outstanding but
 # its keepalive probe, and detects the dead peer through the probe's retries,
@@ -136,7 +139,8 @@ silent_end mute
 # before the default echo_timeout_ms (30 s). The qdisc is in place before
 # the run (see ack_timeout.sh); the cut changes its loss.
 tc -n $NS_B qdisc add dev vb root netem loss 0%
-silent_run dead 7307 && tc -n $NS_B qdisc change dev vb root netem loss 100%
+silent_run dead 7307 mode=echo count=20 depth=1 ack_timeout=14 retry_count=2 &&
+	tc -n $NS_B qdisc change dev vb root netem loss 100%
 wait_done dead 20
 us=$(ep_get dead stats detect_us)
 ktap_print_msg "dead: detection as the module saw it: ${us:-none} us (theory 201327 us)"
@@ -146,6 +150,10 @@ ktap_check "a peer that never echoes and then dies: the keepalive probe's retrie
 		[ "${us:-0}" -gt 0 ] && [ "$us" -lt 10000000 ]'
 tc -n $NS_B qdisc del dev vb root
 silent_end dead
+
+# The rping client waits for the server's go-ahead the same way.
+mute_check rmute 7308 "an rping server" "ping 0: no answer within echo_timeout_ms 2000" \
+	mode=rping count=5
 
 # Four connect requests that get a reply and never the RTU: the server's new
 # connections fail before they are established. They are released at once and
