@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A client's watch over a peer that owes it an answer.
+//! A connection's watch over its peer: a client's over a peer that owes it
+//! an answer, a server's over an idle client.
 //!
 //! The ack timeout covers only what a side has in flight. A client whose
 //! SENDs are all acknowledged, and which waits for the peer's answer, has
@@ -12,6 +13,15 @@
 //! not gets `echo_timeout_ms` from the acknowledgement of the message it
 //! owes an answer to. The endpoint's timer calls each connection's
 //! [`EchoConn::tick`](super::EchoConn::tick), where a mode does both.
+//!
+//! A server keeps the same watch over an established connection, with a
+//! longer interval ([`SERVER_IDLE_MS`]): a connection with no completion for
+//! that long gets a probe, so that a client whose host died does not hold its
+//! connection, QP and buffers for as long as the server runs. A server does
+//! not count on the probe's retries running out: the client chose its QP's
+//! retry count in its connect request, and rxe retries for ever at 7, the
+//! count rping asks for. A probe still unacknowledged a server interval later
+//! ends the connection ([`Watch::probe_overdue`]).
 
 use crate::rdma::{Conn, ConnHandler};
 use kernel::prelude::*;
@@ -21,7 +31,11 @@ use kernel::time::{Delta, Instant, Monotonic};
 /// timer's 10 ms.
 const PROBE_MAX_MS: u32 = 1000;
 
-/// What a client connection keeps for its watch.
+/// How long a server's established connection may see no completion before
+/// it gets a probe, in ms.
+pub(crate) const SERVER_IDLE_MS: u32 = 10_000;
+
+/// What a connection keeps for its watch.
 pub(crate) struct Watch {
     /// When the last SEND or probe completed: an acknowledgement, which
     /// restarts the transport's retry timer (an arriving message does not).
@@ -56,7 +70,12 @@ impl Watch {
         self.every = Delta::from_millis(i64::from(ms));
     }
 
-    /// A SEND completed.
+    /// Sets the probe interval to `ms` (a server's).
+    pub(crate) fn set_every(&mut self, ms: u32) {
+        self.every = Delta::from_millis(i64::from(ms));
+    }
+
+    /// A SEND completed (a client), or any request (a server).
     pub(crate) fn acked(&mut self) {
         self.last_ok = Some(Instant::now());
     }
@@ -65,6 +84,12 @@ impl Watch {
     pub(crate) fn probe_acked(&mut self) {
         self.probe = None;
         self.acked();
+    }
+
+    /// Whether the probe in flight was posted a whole interval ago: for a
+    /// server, whose interval is far longer than any retry of a live path.
+    pub(crate) fn probe_overdue(&self) -> bool {
+        self.probe.is_some_and(|t| t.elapsed() >= self.every)
     }
 
     /// When the probe in flight was posted.
@@ -77,9 +102,12 @@ impl Watch {
         self.last_ok
     }
 
-    /// In how many ms the watch wants to be called again.
+    /// In how many ms the watch wants to be called again: its interval, at
+    /// most [`PROBE_MAX_MS`].
     pub(crate) fn again_ms(&self) -> u32 {
-        u32::try_from(self.every.as_millis()).unwrap_or(PROBE_MAX_MS)
+        u32::try_from(self.every.as_millis())
+            .unwrap_or(PROBE_MAX_MS)
+            .min(PROBE_MAX_MS)
     }
 
     /// Posts a probe with `tag` when one is due: the connection waits for an

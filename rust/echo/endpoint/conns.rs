@@ -99,7 +99,7 @@ impl Shared {
         {
             k.ready = true;
         }
-        // Its watchdog starts with it (`Shared::watch_clients`).
+        // Its watch starts with it (`Shared::tick_conns`).
         if g.enabled && !g.reaper_armed {
             g.reaper_armed = self.reaper.arm(self.clone(), WATCH_MIN_MS);
         }
@@ -267,14 +267,13 @@ pub(super) fn close_all(conns: &[Kept]) {
 /// that the timer wheel's slack (an eighth of a long delay) does not add to it.
 const REAPER_TICK_MS: u32 = 1000;
 
-/// The shortest wait of a client's watchdog, in ms.
+/// The shortest wait of a connection's watch, in ms.
 const WATCH_MIN_MS: u32 = 10;
 
 impl Shared {
-    /// A client's watchdog: calls each kept connection's [`EchoConn::tick`]
-    /// outside the lock, and arms the timer again for the soonest call one
-    /// of them wants (10 ms to 1 s from now).
-    fn watch_clients(self: &Arc<Self>) {
+    /// Calls each kept connection's [`EchoConn::tick`] outside the lock;
+    /// returns the soonest next call one of them wants, in ms.
+    fn tick_conns(&self) -> Option<u32> {
         let mut conns = KVec::new();
         let mut next: Option<u32> = None;
         {
@@ -292,36 +291,16 @@ impl Shared {
                 next = Some(next.map_or(ms, |n| n.min(ms)));
             }
         }
-        drop(conns);
-        if let Some(ms) = next {
-            let mut g = self.inner.lock();
-            // Under `inner`, which `stop` takes before it disarms.
-            if g.enabled && !g.reaper_armed {
-                g.reaper_armed = self
-                    .reaper
-                    .arm(self.clone(), ms.clamp(WATCH_MIN_MS, REAPER_TICK_MS));
-            }
-        }
+        next
     }
-}
 
-/// A server's accept deadline: closes each server connection not established
-/// within `accept_timeout_ms` of its accept, whatever timeout the peer's
-/// connect request asked the CM for, and counts it. A client's watchdog
-/// ([`Shared::watch_clients`]).
-impl TimerHandler for Shared {
-    fn fire(self: Arc<Self>) {
+    /// A server's accept deadline: closes each server connection not
+    /// established within `accept_timeout_ms` of its accept, whatever timeout
+    /// the peer's connect request asked the CM for, and counts it. Returns in
+    /// how many ms the deadline wants to be checked again.
+    fn accept_deadline(&self) -> Option<u32> {
         let mut late = KVec::new();
         let mut g = self.inner.lock();
-        g.reaper_armed = false;
-        if !g.enabled {
-            return;
-        }
-        if g.cfg.role == Role::Client {
-            drop(g);
-            self.watch_clients();
-            return;
-        }
         let limit = i64::from(g.cfg.accept_timeout_ms);
         let mut next: Option<i64> = None;
         for k in g.run.conns.iter_mut() {
@@ -363,14 +342,42 @@ impl TimerHandler for Shared {
                 ),
             );
         }
-        if let Some(ms) = next {
-            // Under `inner`, which `stop` takes before it disarms.
-            let ms = u32::try_from(ms).unwrap_or(u32::MAX).min(REAPER_TICK_MS);
-            g.reaper_armed = self.reaper.arm(self.clone(), ms);
-        }
         drop(g);
         for c in &late {
             c.close();
+        }
+        next.map(|ms| u32::try_from(ms).unwrap_or(u32::MAX))
+    }
+}
+
+/// The endpoint's timer: a server's accept deadline
+/// ([`Shared::accept_deadline`]), then every kept connection's watch
+/// ([`EchoConn::tick`]); armed again for the soonest of what they want, 10 ms
+/// to 1 s from now.
+impl TimerHandler for Shared {
+    fn fire(self: Arc<Self>) {
+        let server = {
+            let mut g = self.inner.lock();
+            g.reaper_armed = false;
+            if !g.enabled {
+                return;
+            }
+            g.cfg.role == Role::Server
+        };
+        let deadline = if server { self.accept_deadline() } else { None };
+        let next = match (deadline, self.tick_conns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(ms) = next {
+            let mut g = self.inner.lock();
+            // Under `inner`, which `stop` takes before it disarms; a `keep`
+            // or `connected` meanwhile may have armed it already.
+            if g.enabled && !g.reaper_armed {
+                g.reaper_armed = self
+                    .reaper
+                    .arm(self.clone(), ms.clamp(WATCH_MIN_MS, REAPER_TICK_MS));
+            }
         }
     }
 }

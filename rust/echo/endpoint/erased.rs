@@ -30,7 +30,7 @@ pub(crate) trait EchoConn: ConnHandler {
     /// batch: not in the CM's `ESTABLISHED` handler, which holds the id's
     /// handler mutex and the CM's worker.
     fn connected(&self, _conn: &Conn<Self>) {}
-    /// A client's watchdog, called by the endpoint's timer while the endpoint
+    /// The connection's watch, called by the endpoint's timer while the endpoint
     /// keeps the connection, in process context and without the endpoint's
     /// lock: returns in how many ms it wants to be called again, or `None`
     /// when it has nothing more to watch.

@@ -22,7 +22,7 @@
 //!    `Conn::with_res` closure runs: the echo service's closures only post and
 //!    copy), `cmecho_conn_inner` and `cmecho_listener_inner`, which nest with
 //!    nothing of cmecho's, and `cmecho_timer_handler`, the spinlock of the
-//!    endpoint's timer (a server's accept deadline, a client's watchdog),
+//!    endpoint's timer (a server's accept deadline, the connections' watch),
 //!    taken when it is armed.
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
@@ -31,7 +31,7 @@
 //! locks 3 to 5. `Shared::inner` is not
 //! held while a `Run` that holds a listener is dropped, for the same reason,
 //! nor while the endpoint's timer is disarmed: that waits for its `fire`,
-//! which takes `Shared::inner`. A client's watchdog calls into each
+//! which takes `Shared::inner`. The connections' watch calls into each
 //! connection's ULP state with no lock held.
 
 mod conns;
@@ -155,7 +155,7 @@ pub(crate) struct Shared {
     #[pin]
     changed: CondVar,
     /// A server's accept deadline, armed while an accepted connection is not
-    /// established; a client's watchdog, armed while a connection wants it
+    /// established, and the connections' watch, armed while one wants it
     /// ([`EchoConn::tick`]). Disarmed by `stop`.
     reaper: Arc<Timer<Shared>>,
 }

@@ -2,11 +2,13 @@
 
 //! The native echo server side: every message a client SENDs is SENT back
 //! from the buffer it arrived in, with `2 × depth` receives posted per
-//! connection (half may be busy echoing).
+//! connection (half may be busy echoing). An established connection with no
+//! completion for [`SERVER_IDLE_MS`] gets a probe ([`crate::echo::watch`]).
 
 use crate::echo::hello::Hello;
 use crate::echo::mode::ServerMode;
-use crate::echo::{Config, ConnCounters, EchoConn, Shared};
+use crate::echo::watch::{Watch, SERVER_IDLE_MS};
+use crate::echo::{Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
@@ -37,10 +39,11 @@ impl ServerMode for Server {
     }
 
     fn qp_config(&self) -> QpConfig {
+        // Tag `2 × slots` is the probe's, which has no buffer.
         QpConfig {
-            ntags: 2 * self.slots,
+            ntags: 2 * self.slots + 1,
             nbufs: self.slots,
-            max_send_wr: self.slots,
+            max_send_wr: self.slots + 1,
             max_recv_wr: self.slots,
         }
     }
@@ -64,9 +67,24 @@ impl ServerMode for Server {
             shared: shared.clone(),
             slots: self.slots,
             size: self.size,
-            st <- new_mutex!(ConnCounters::default(), "cmecho_native_srv_st"),
+            st <- new_mutex!(SrvState {
+                counters: ConnCounters::default(),
+                up: false,
+                sends: 0,
+                watch: Watch::new(),
+            }, "cmecho_native_srv_st"),
         })
     }
+}
+
+/// What an echo-mode server connection keeps under its lock.
+struct SrvState {
+    counters: ConnCounters,
+    /// Established: its QP may be probed.
+    up: bool,
+    /// Echoes posted and not completed yet.
+    sends: u32,
+    watch: Watch,
 }
 
 /// One connection of an echo-mode server: receive slot `k` (tag `k`) is echoed
@@ -77,7 +95,7 @@ pub(super) struct ServerConn {
     slots: u32,
     size: u32,
     #[pin]
-    st: Mutex<ConnCounters>,
+    st: Mutex<SrvState>,
 }
 
 impl ServerConn {
@@ -86,9 +104,14 @@ impl ServerConn {
             // Torn down meanwhile: the failure is the teardown's, not an error.
             return;
         }
-        self.st.lock().errors += 1;
+        self.st.lock().counters.errors += 1;
         self.shared.error(fmt!("server: echo connection: {}", what));
         conn.close();
+    }
+
+    /// The probe's tag: after the receive and send slots.
+    fn probe_tag(&self) -> u32 {
+        2 * self.slots
     }
 }
 
@@ -96,7 +119,35 @@ impl EchoConn for ServerConn {
     fn setup_failed(&self) {}
 
     fn counters(&self) -> ConnCounters {
-        *self.st.lock()
+        self.st.lock().counters
+    }
+
+    /// Probes the client once the connection has been idle (no completion,
+    /// no echo in flight) for [`SERVER_IDLE_MS`].
+    fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
+        if !conn.is_open() {
+            return None;
+        }
+        let mut st = self.st.lock();
+        let again = st.watch.again_ms();
+        if !st.up {
+            return Some(again);
+        }
+        if st.watch.probe_overdue() {
+            drop(st);
+            self.fail(
+                conn,
+                fmt!("probe not acknowledged within {} ms", SERVER_IDLE_MS),
+            );
+            return None;
+        }
+        let idle = st.sends == 0;
+        if let Err(e) = st.watch.probe_if_due(conn, self.probe_tag(), idle) {
+            drop(st);
+            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
+            return None;
+        }
+        Some(again)
     }
 }
 
@@ -121,6 +172,10 @@ impl ConnHandler for ServerConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
+        let mut st = self.st.lock();
+        st.watch.set_every(SERVER_IDLE_MS);
+        st.watch.acked();
+        st.up = true;
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
@@ -128,8 +183,13 @@ impl ConnHandler for ServerConn {
             Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
                 self.shared.stats(|s| s.wc_error(e.0));
-                self.fail(conn, fmt!("work completion failed: {}", e));
+                if tag == self.probe_tag() {
+                    self.fail(conn, fmt!("probe failed: {}", e));
+                } else {
+                    self.fail(conn, fmt!("work completion failed: {}", e));
+                }
             }
+            Ok(_) if tag == self.probe_tag() => self.st.lock().watch.probe_acked(),
             Ok(len) if tag < self.slots => {
                 // Echo the message from the buffer it arrived in.
                 if conn
@@ -140,13 +200,20 @@ impl ConnHandler for ServerConn {
                     return;
                 }
                 {
-                    let mut c = self.st.lock();
-                    c.messages += 1;
-                    c.bytes += u64::from(len);
+                    let mut st = self.st.lock();
+                    st.sends += 1;
+                    st.watch.acked();
+                    st.counters.messages += 1;
+                    st.counters.bytes += u64::from(len);
                 }
                 self.shared.stats(|s| s.bytes += u64::from(len));
             }
             Ok(_) => {
+                {
+                    let mut st = self.st.lock();
+                    st.sends = st.sends.saturating_sub(1);
+                    st.watch.acked();
+                }
                 let k = tag - self.slots;
                 if conn
                     .with_res(|res| res.post_recv(k, k, 0, self.size))

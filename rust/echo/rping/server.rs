@@ -6,10 +6,13 @@
 //! Every {addr, rkey, size} a client sends is untrusted: a message that is not 16
 //! bytes, a zero or oversized size, or a remote access error on a bad rkey tears
 //! that one connection down and counts an error; the server goes on serving.
+//! An established connection with no completion for [`SERVER_IDLE_MS`] gets a
+//! probe ([`crate::echo::watch`]).
 
 use super::{Msg, MAX_SIZE, MSG_LEN};
 use crate::echo::mode::ServerMode;
-use crate::echo::{Config, ConnCounters, EchoConn, Shared};
+use crate::echo::watch::{Watch, SERVER_IDLE_MS};
+use crate::echo::{Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
 use crate::rdma::{Conn, ConnHandler, EndReason, StepError};
@@ -21,6 +24,8 @@ const T_RECV: u32 = 0;
 const T_SEND: u32 = 1;
 const T_READ: u32 = 2;
 const T_WRITE: u32 = 3;
+/// The probe's (no buffer).
+const T_PROBE: u32 = 4;
 
 /// Buffer slots.
 const B_RECV: u32 = 0;
@@ -28,7 +33,7 @@ const B_GO: u32 = 1;
 const B_DATA: u32 = 2;
 
 const QP: QpConfig = QpConfig {
-    ntags: 4,
+    ntags: 5,
     nbufs: 3,
     max_send_wr: 8,
     max_recv_wr: 4,
@@ -55,6 +60,9 @@ impl ServerMode for Server {
                 phase: Phase::WaitSource,
                 read_len: 0,
                 counters: ConnCounters::default(),
+                up: false,
+                go_busy: false,
+                watch: Watch::new(),
             }, "cmecho_rping_srv_progress"),
         })
     }
@@ -79,6 +87,11 @@ struct Progress {
     phase: Phase,
     read_len: u32,
     counters: ConnCounters,
+    /// Established: its QP may be probed.
+    up: bool,
+    /// A go-ahead SEND is in flight.
+    go_busy: bool,
+    watch: Watch,
 }
 
 /// One accepted connection.
@@ -146,7 +159,9 @@ impl ServerConn {
 
     fn go_ahead(&self, conn: &Conn<Self>, next: Phase) -> Result {
         conn.with_res(|res| res.post_send(T_SEND, B_GO, 0, MSG_LEN))?;
-        self.progress.lock().phase = next;
+        let mut p = self.progress.lock();
+        p.phase = next;
+        p.go_busy = true;
         Ok(())
     }
 }
@@ -156,6 +171,38 @@ impl EchoConn for ServerConn {
 
     fn counters(&self) -> ConnCounters {
         self.progress.lock().counters
+    }
+
+    /// Probes the client once the connection has been idle (no completion,
+    /// nothing of its own in flight) for [`SERVER_IDLE_MS`].
+    fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
+        if !conn.is_open() {
+            return None;
+        }
+        let mut p = self.progress.lock();
+        let again = p.watch.again_ms();
+        match p.phase {
+            Phase::Done => return None,
+            _ if !p.up => return Some(again),
+            Phase::WaitSource | Phase::WaitSink if !p.go_busy => {}
+            // An RDMA READ, WRITE or go-ahead in flight: the transport
+            // watches it.
+            _ => return Some(again),
+        }
+        if p.watch.probe_overdue() {
+            drop(p);
+            self.fail(
+                conn,
+                fmt!("probe not acknowledged within {} ms", SERVER_IDLE_MS),
+            );
+            return None;
+        }
+        if let Err(e) = p.watch.probe_if_due(conn, T_PROBE, true) {
+            drop(p);
+            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
+            return None;
+        }
+        Some(again)
     }
 }
 
@@ -179,11 +226,27 @@ impl ConnHandler for ServerConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
+        let mut p = self.progress.lock();
+        p.watch.set_every(SERVER_IDLE_MS);
+        p.watch.acked();
+        p.up = true;
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
-        if self.progress.lock().phase == Phase::Done {
-            return;
+        {
+            let mut p = self.progress.lock();
+            if p.phase == Phase::Done {
+                return;
+            }
+            match (tag, &status) {
+                (T_PROBE, Ok(_)) => p.watch.probe_acked(),
+                (T_SEND, Ok(_)) => {
+                    p.go_busy = false;
+                    p.watch.acked();
+                }
+                (_, Ok(_)) => p.watch.acked(),
+                _ => {}
+            }
         }
         let r = match (tag, status) {
             (_, Err(e)) if e.is_flush() && !conn.flush_is_failure() => Ok(()),
@@ -192,6 +255,7 @@ impl ConnHandler for ServerConn {
                     T_RECV => "RECV",
                     T_SEND => "SEND",
                     T_READ => "RDMA READ",
+                    T_PROBE => "probe",
                     TAG_REG => "memory registration",
                     _ => "RDMA WRITE",
                 };

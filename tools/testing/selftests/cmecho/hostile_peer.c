@@ -75,6 +75,10 @@
  *   twice   two valid messages back to back, the second before any answer;
  *           the server may end the connection (a message out of turn) or
  *           carry on: after 2 s it disconnects itself
+ *   idle    no message at all: once established it prints "hostile_peer:
+ *           rping idle: established" and waits up to 60 s for the server to
+ *           end the connection (its request carries an echo client's hello,
+ *           so an echo-mode server takes it too)
  *
  * Prints what happened; exits 0 when the server ended the connection (for
  * twice: either way), 2 when it did not within 30 s, 1 on a setup error.
@@ -560,7 +564,8 @@ static int rping_client(const char *addr, const char *port, const char *mode)
 	char m[32];
 	unsigned int len = 16, k;
 	int ev, i;
-	bool twice = !strcmp(mode, "twice"), ended = false;
+	bool twice = !strcmp(mode, "twice"), idle = !strcmp(mode, "idle"), ended = false;
+	unsigned char hb[16];
 
 	if (parse_addr(addr, port, &ss))
 		return 1;
@@ -607,12 +612,18 @@ static int rping_client(const char *addr, const char *port, const char *mode)
 	cp.initiator_depth = 1;
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
+	if (idle)
+		hello(&cp, hb, 1, 64, 1);
 	if (rdma_connect(p.id, &cp))
 		die("rdma_connect");
 	ev = next_event(ch);
 	if (ev != RDMA_CM_EVENT_ESTABLISHED) {
 		fprintf(stderr, "hostile_peer: rping %s: not established (event %d)\n", mode, ev);
 		return 1;
+	}
+	if (idle) {
+		printf("hostile_peer: rping idle: established\n");
+		fflush(stdout);
 	}
 	/* The source buffer: the first send slot's memory, 64 bytes of it. */
 	rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey, 64);
@@ -626,15 +637,16 @@ static int rping_client(const char *addr, const char *port, const char *mode)
 		rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey, 1 << 20);
 	} else if (!strcmp(mode, "badkey")) {
 		rping_msg(m, (uintptr_t)sbuf(&p, SLOTS - 1), p.mr->rkey ^ 0x5a5a00, 64);
-	} else if (!twice) {
+	} else if (!twice && !idle) {
 		fprintf(stderr, "hostile_peer: unknown rping mode %s\n", mode);
 		return 1;
 	}
-	post_send(&p, m, len);
+	if (!idle)
+		post_send(&p, m, len);
 	if (twice)
 		post_send(&p, m, len);
-	/* Up to 30 s (2 s for twice) for the server to end the connection. */
-	for (i = 0; i < (twice ? 2000 : 30000) && !ended; i++) {
+	/* Up to 30 s (2 s for twice, 60 s idle) for the server to end the connection. */
+	for (i = 0; i < (twice ? 2000 : idle ? 60000 : 30000) && !ended; i++) {
 		struct ibv_wc wc[16];
 		struct rdma_cm_event *e;
 
@@ -654,7 +666,7 @@ static int rping_client(const char *addr, const char *port, const char *mode)
 		       ended ? "the server disconnected" : "still connected");
 	else
 		printf("hostile_peer: rping %s: %s\n", mode,
-		       ended ? "the server ended the connection" : "still connected after 30 s");
+		       ended ? "the server ended the connection" : "still connected at the end");
 	rdma_disconnect(p.id);
 	rdma_destroy_qp(p.id);
 	ibv_dereg_mr(p.mr);
@@ -697,7 +709,7 @@ int main(int argc, char **argv)
 			"       %s client ADDR PORT vanish N\n"
 			"       %s client ADDR PORT hold N SECONDS LO HI\n"
 			"       %s client ADDR PORT hello good|none|v2|zero|big\n"
-			"       %s rping ADDR PORT short|long|zero|huge|badkey|twice\n",
+			"       %s rping ADDR PORT short|long|zero|huge|badkey|twice|idle\n",
 			argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 1;
 	}

@@ -6,7 +6,9 @@
 # reason in last_error; copies sent right behind the last echo are ignored.
 # A peer that never answers fails the client (echo or rping) echo_timeout_ms
 # after its message was acknowledged; if it then dies, the client's
-# zero-length RDMA WRITE probe detects it by the ack timeout.
+# zero-length RDMA WRITE probe detects it by the ack timeout. A client that
+# connects and then goes silent, its host as if dead, gets its connection
+# probed after 10 s idle and ended by the probe's retries.
 # As a client it asks to connect and goes away before the connection is
 # established, against a server with max_conns: the failed connections are
 # released; a request whose hello (size and depth) is missing, of another
@@ -45,7 +47,7 @@ res_grew() {
 }
 
 ktap_print_header
-ktap_set_plan 32
+ktap_set_plan 34
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -154,6 +156,35 @@ silent_end dead
 # The rping client waits for the server's go-ahead the same way.
 mute_check rmute 7308 "an rping server" "ping 0: no answer within echo_timeout_ms 2000" \
 	mode=rping count=5
+
+# idle_check EP MODE PORT: the peer connects to server EP (MODE) and sends
+# nothing; once it is established, its namespace's egress is cut, as if its
+# host had died. The server probes a connection idle for 10 s, and ends it when
+# the probe is not acknowledged 10 s later (the peer's connect request asked
+# for retry count 7, which rxe retries for ever): the peer does not hold it.
+idle_check() {
+	local ep=$1 mode=$2 port=$3 pid t0
+	tc -n $NS_B qdisc add dev vb root netem loss 0%
+	endpoint $NS_A $ep role=server mode=$mode addr=$ADDR_A port=$port ack_timeout=14 enable=1
+	ip netns exec $NS_B "$PEER" rping $ADDR_A $port idle >/tmp/peer_idle.log 2>&1 &
+	pid=$!
+	wait_for 600 grep -q "idle: established" /tmp/peer_idle.log &&
+		tc -n $NS_B qdisc change dev vb root netem loss 100%
+	t0=$SECONDS
+	wait_for 600 grep -q "probe not acknowledged within 10000 ms" $CFS/$ep/last_error
+	ktap_print_msg "$ep: $((SECONDS - t0)) s after the cut; connections: $(tr '\n' ';' <$CFS/$ep/connections)"
+	ep_diag $ep
+	ktap_check "$mode server: a client that went silent once connected is probed after 10 s idle, its connection ended 10 s later" \
+		eval 'grep -q "probe not acknowledged within 10000 ms" $CFS/$ep/last_error &&
+			poll 100 all_closed $ep && [ "$(ep_get $ep stats errors)" -ge 1 ]'
+	rmdir $CFS/$ep
+	tc -n $NS_B qdisc del dev vb root
+	kill $pid 2>/dev/null
+	wait $pid
+	sed 's/^/# peer idle: /' /tmp/peer_idle.log
+}
+idle_check idle_echo echo 7311
+idle_check idle_rping rping 7312
 
 # Four connect requests that get a reply and never the RTU: the server's new
 # connections fail before they are established. They are released at once and
