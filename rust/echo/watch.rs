@@ -21,9 +21,11 @@
 //! not count on the probe's retries running out: the client chose its QP's
 //! retry count in its connect request, and rxe retries for ever at 7, the
 //! count rping asks for. A probe still unacknowledged a server interval later
-//! ends the connection ([`Watch::probe_overdue`]).
+//! ends the connection ([`Stall::Unacked`]).
 
+use super::ErrName;
 use crate::rdma::{Conn, ConnHandler};
+use kernel::fmt;
 use kernel::prelude::*;
 use kernel::time::{Delta, Instant, Monotonic};
 
@@ -35,8 +37,32 @@ const PROBE_MAX_MS: u32 = 1000;
 /// it gets a probe, in ms.
 pub(crate) const SERVER_IDLE_MS: u32 = 10_000;
 
+/// Why a watch ends its connection.
+pub(crate) enum Stall {
+    /// A server's probe, still unacknowledged a server interval after its post.
+    Unacked,
+    /// The probe could not be posted.
+    Post(Error),
+}
+
+impl fmt::Display for Stall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unacked => write!(f, "probe not acknowledged within {} ms", SERVER_IDLE_MS),
+            Self::Post(e) => {
+                f.write_str("cannot post a probe: ")?;
+                fmt::Display::fmt(&ErrName(*e), f)
+            }
+        }
+    }
+}
+
 /// What a connection keeps for its watch.
 pub(crate) struct Watch {
+    /// Started: the connection is up, and its QP may be probed.
+    on: bool,
+    /// A server's: a probe overdue ends the connection.
+    server: bool,
     /// When the last SEND or probe completed: an acknowledgement, which
     /// restarts the transport's retry timer (an arriving message does not).
     last_ok: Option<Instant<Monotonic>>,
@@ -50,14 +76,17 @@ pub(crate) struct Watch {
 impl Watch {
     pub(crate) const fn new() -> Self {
         Self {
+            on: false,
+            server: false,
             last_ok: None,
             probe: None,
             every: Delta::from_millis(PROBE_MAX_MS as i64),
         }
     }
 
-    /// Sets the probe interval from `conn`'s QP: 4.096 µs × 2^T, rounded up
-    /// to a ms; [`PROBE_MAX_MS`] for T = 0 (no timer) or a QP not read.
+    /// Starts a client's watch, with the probe interval of `conn`'s QP:
+    /// 4.096 µs × 2^T, rounded up to a ms; [`PROBE_MAX_MS`] for T = 0 (no
+    /// timer) or a QP not read.
     pub(crate) fn start<H: ConnHandler>(&mut self, conn: &Conn<H>) {
         let ms = conn
             .qp_attrs()
@@ -68,11 +97,17 @@ impl Watch {
                 u32::try_from(ms).unwrap_or(PROBE_MAX_MS).min(PROBE_MAX_MS)
             });
         self.every = Delta::from_millis(i64::from(ms));
+        self.on = true;
     }
 
-    /// Sets the probe interval to `ms` (a server's).
-    pub(crate) fn set_every(&mut self, ms: u32) {
-        self.every = Delta::from_millis(i64::from(ms));
+    /// Starts a server's watch, as its connection is established: a probe
+    /// after [`SERVER_IDLE_MS`] without a completion, and a probe overdue
+    /// after as long again ends the connection.
+    pub(crate) fn start_server(&mut self) {
+        self.every = Delta::from_millis(i64::from(SERVER_IDLE_MS));
+        self.server = true;
+        self.on = true;
+        self.acked();
     }
 
     /// A SEND completed (a client), or any request (a server).
@@ -88,7 +123,7 @@ impl Watch {
 
     /// Whether the probe in flight was posted a whole interval ago: for a
     /// server, whose interval is far longer than any retry of a live path.
-    pub(crate) fn probe_overdue(&self) -> bool {
+    fn probe_overdue(&self) -> bool {
         self.probe.is_some_and(|t| t.elapsed() >= self.every)
     }
 
@@ -110,18 +145,26 @@ impl Watch {
             .min(PROBE_MAX_MS)
     }
 
-    /// Posts a probe with `tag` when one is due: the connection waits for an
-    /// answer with nothing of its own in flight (`idle`), no probe is in
-    /// flight, and nothing completed for a probe interval.
-    pub(crate) fn probe_if_due<H: ConnHandler>(
+    /// The watch's turn, once started: a server's probe overdue is a
+    /// [`Stall::Unacked`]; otherwise it posts a probe with `tag` when one is
+    /// due: the connection has nothing of its own in flight (`idle`), no probe
+    /// is in flight, and nothing completed for a probe interval.
+    pub(crate) fn check<H: ConnHandler>(
         &mut self,
         conn: &Conn<H>,
         tag: u32,
         idle: bool,
-    ) -> Result {
+    ) -> Result<(), Stall> {
+        if !self.on {
+            return Ok(());
+        }
+        if self.server && self.probe_overdue() {
+            return Err(Stall::Unacked);
+        }
         let quiet = self.last_ok.is_none_or(|t| t.elapsed() >= self.every);
         if idle && self.probe.is_none() && quiet {
-            conn.with_res(|res| res.post_probe(tag))?;
+            conn.with_res(|res| res.post_probe(tag))
+                .map_err(Stall::Post)?;
             self.probe = Some(Instant::now());
         }
         Ok(())

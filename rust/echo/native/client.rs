@@ -387,12 +387,15 @@ impl ClientConn {
             return None;
         }
         let idle = st.sends_idle();
-        if let Err(e) = st.watch.probe_if_due(conn, self.probe_tag(), idle) {
-            drop(st);
-            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
-            return None;
+        let checked = st.watch.check(conn, self.probe_tag(), idle);
+        drop(st);
+        match checked {
+            Ok(()) => Some(again),
+            Err(why) => {
+                self.fail(conn, fmt!("{}", why));
+                None
+            }
         }
-        Some(again)
     }
 }
 

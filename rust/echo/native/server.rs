@@ -3,12 +3,13 @@
 //! The native echo server side: every message a client SENDs is SENT back
 //! from the buffer it arrived in, with `2 × depth` receives posted per
 //! connection (half may be busy echoing). An established connection with no
-//! completion for [`SERVER_IDLE_MS`] gets a probe ([`crate::echo::watch`]).
+//! completion for [`SERVER_IDLE_MS`](crate::echo::watch::SERVER_IDLE_MS)
+//! gets a probe ([`crate::echo::watch`]).
 
 use crate::echo::hello::Hello;
 use crate::echo::mode::ServerMode;
-use crate::echo::watch::{Watch, SERVER_IDLE_MS};
-use crate::echo::{Config, ConnCounters, EchoConn, ErrName, Shared};
+use crate::echo::watch::Watch;
+use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
@@ -69,7 +70,6 @@ impl ServerMode for Server {
             size: self.size,
             st <- new_mutex!(SrvState {
                 counters: ConnCounters::default(),
-                up: false,
                 sends: 0,
                 watch: Watch::new(),
             }, "cmecho_native_srv_st"),
@@ -80,8 +80,6 @@ impl ServerMode for Server {
 /// What an echo-mode server connection keeps under its lock.
 struct SrvState {
     counters: ConnCounters,
-    /// Established: its QP may be probed.
-    up: bool,
     /// Echoes posted and not completed yet.
     sends: u32,
     watch: Watch,
@@ -123,31 +121,24 @@ impl EchoConn for ServerConn {
     }
 
     /// Probes the client once the connection has been idle (no completion,
-    /// no echo in flight) for [`SERVER_IDLE_MS`].
+    /// no echo in flight) for
+    /// [`SERVER_IDLE_MS`](crate::echo::watch::SERVER_IDLE_MS).
     fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
         if !conn.is_open() {
             return None;
         }
         let mut st = self.st.lock();
-        let again = st.watch.again_ms();
-        if !st.up {
-            return Some(again);
-        }
-        if st.watch.probe_overdue() {
-            drop(st);
-            self.fail(
-                conn,
-                fmt!("probe not acknowledged within {} ms", SERVER_IDLE_MS),
-            );
-            return None;
-        }
         let idle = st.sends == 0;
-        if let Err(e) = st.watch.probe_if_due(conn, self.probe_tag(), idle) {
-            drop(st);
-            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
-            return None;
+        let checked = st.watch.check(conn, self.probe_tag(), idle);
+        let again = st.watch.again_ms();
+        drop(st);
+        match checked {
+            Ok(()) => Some(again),
+            Err(why) => {
+                self.fail(conn, fmt!("{}", why));
+                None
+            }
         }
-        Some(again)
     }
 }
 
@@ -172,10 +163,7 @@ impl ConnHandler for ServerConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
-        let mut st = self.st.lock();
-        st.watch.set_every(SERVER_IDLE_MS);
-        st.watch.acked();
-        st.up = true;
+        self.st.lock().watch.start_server();
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {

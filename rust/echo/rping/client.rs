@@ -253,12 +253,15 @@ impl ClientConn {
             return None;
         }
         let idle = p.sends == 0;
-        if let Err(e) = p.watch.probe_if_due(conn, T_PROBE, idle) {
-            drop(p);
-            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
-            return None;
+        let checked = p.watch.check(conn, T_PROBE, idle);
+        drop(p);
+        match checked {
+            Ok(()) => Some(again),
+            Err(why) => {
+                self.fail(conn, fmt!("{}", why));
+                None
+            }
         }
-        Some(again)
     }
 }
 

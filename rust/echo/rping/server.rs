@@ -6,13 +6,14 @@
 //! Every {addr, rkey, size} a client sends is untrusted: a message that is not 16
 //! bytes, a zero or oversized size, or a remote access error on a bad rkey tears
 //! that one connection down and counts an error; the server goes on serving.
-//! An established connection with no completion for [`SERVER_IDLE_MS`] gets a
+//! An established connection with no completion for
+//! [`SERVER_IDLE_MS`](crate::echo::watch::SERVER_IDLE_MS) gets a
 //! probe ([`crate::echo::watch`]).
 
 use super::{Msg, MAX_SIZE, MSG_LEN};
 use crate::echo::mode::ServerMode;
-use crate::echo::watch::{Watch, SERVER_IDLE_MS};
-use crate::echo::{Config, ConnCounters, EchoConn, ErrName, Shared};
+use crate::echo::watch::Watch;
+use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
 use crate::rdma::{Conn, ConnHandler, EndReason, StepError};
@@ -60,7 +61,6 @@ impl ServerMode for Server {
                 phase: Phase::WaitSource,
                 read_len: 0,
                 counters: ConnCounters::default(),
-                up: false,
                 go_busy: false,
                 watch: Watch::new(),
             }, "cmecho_rping_srv_progress"),
@@ -87,8 +87,6 @@ struct Progress {
     phase: Phase,
     read_len: u32,
     counters: ConnCounters,
-    /// Established: its QP may be probed.
-    up: bool,
     /// A go-ahead SEND is in flight.
     go_busy: bool,
     watch: Watch,
@@ -174,7 +172,8 @@ impl EchoConn for ServerConn {
     }
 
     /// Probes the client once the connection has been idle (no completion,
-    /// nothing of its own in flight) for [`SERVER_IDLE_MS`].
+    /// nothing of its own in flight) for
+    /// [`SERVER_IDLE_MS`](crate::echo::watch::SERVER_IDLE_MS).
     fn tick(&self, conn: &Conn<Self>) -> Option<u32> {
         if !conn.is_open() {
             return None;
@@ -183,26 +182,20 @@ impl EchoConn for ServerConn {
         let again = p.watch.again_ms();
         match p.phase {
             Phase::Done => return None,
-            _ if !p.up => return Some(again),
             Phase::WaitSource | Phase::WaitSink if !p.go_busy => {}
             // An RDMA READ, WRITE or go-ahead in flight: the transport
             // watches it.
             _ => return Some(again),
         }
-        if p.watch.probe_overdue() {
-            drop(p);
-            self.fail(
-                conn,
-                fmt!("probe not acknowledged within {} ms", SERVER_IDLE_MS),
-            );
-            return None;
+        let checked = p.watch.check(conn, T_PROBE, true);
+        drop(p);
+        match checked {
+            Ok(()) => Some(again),
+            Err(why) => {
+                self.fail(conn, fmt!("{}", why));
+                None
+            }
         }
-        if let Err(e) = p.watch.probe_if_due(conn, T_PROBE, true) {
-            drop(p);
-            self.fail(conn, fmt!("cannot post a probe: {}", ErrName(e)));
-            return None;
-        }
-        Some(again)
     }
 }
 
@@ -226,10 +219,7 @@ impl ConnHandler for ServerConn {
 
     fn established(&self, conn: &Conn<Self>) {
         self.shared.read_back(conn);
-        let mut p = self.progress.lock();
-        p.watch.set_every(SERVER_IDLE_MS);
-        p.watch.acked();
-        p.up = true;
+        self.progress.lock().watch.start_server();
     }
 
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>) {
