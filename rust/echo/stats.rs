@@ -84,8 +84,7 @@ impl Stats {
 
     /// Records how long a client connection ran; the run is as long as its longest.
     pub(crate) fn run_time(&mut self, d: Delta) {
-        let us = u64::try_from(d.as_micros_ceil()).unwrap_or(0);
-        self.run_us = self.run_us.max(us);
+        self.run_us = self.run_us.max(crate::rdma::micros(d));
     }
 }
 

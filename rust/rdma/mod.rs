@@ -76,6 +76,12 @@ pub(crate) mod trace;
 pub(crate) mod verbs;
 mod workqueue;
 
+/// A duration in whole µs, rounded up (0 for a negative one): how the
+/// layer's events and the echo service's counters show one.
+pub(crate) fn micros(d: kernel::time::Delta) -> u64 {
+    u64::try_from(d.as_micros_ceil()).unwrap_or(0)
+}
+
 // The layer's surface. Each module that builds this layer (cmecho.ko and the
 // samples) uses a part of it.
 #[allow(

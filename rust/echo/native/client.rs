@@ -431,9 +431,7 @@ impl ConnHandler for ClientConn {
                 let detect = {
                     let mut st = self.st.lock();
                     let first = !st.done && conn.is_open();
-                    let us = st
-                        .waited()
-                        .map(|d| u64::try_from(d.as_micros_ceil()).unwrap_or(0));
+                    let us = st.waited().map(crate::rdma::micros);
                     if first && st.counters.detect_us.is_none() {
                         st.counters.detect_us = us;
                     }

@@ -155,7 +155,7 @@ impl<H: ConnHandler> Conn<H> {
                         self.handler.endpoint_name(),
                         self.serial,
                         c"rdma_accept",
-                        u64::try_from(t0.elapsed().as_micros_ceil()).unwrap_or(0),
+                        crate::rdma::micros(t0.elapsed()),
                         r.as_ref().map_or_else(|e| e.err.to_errno(), |()| 0),
                     );
                     r

@@ -237,8 +237,7 @@ impl<H: ConnHandler> Conn<H> {
     /// errno): its `cmecho_cm_step` event.
     fn step_ended(&self, clock: &mut StepClock, err: c_int) {
         if let Some((step, t0)) = clock.0.take() {
-            let us = u64::try_from(t0.elapsed().as_micros_ceil()).unwrap_or(0);
-            self.trace_step(step, us, err);
+            self.trace_step(step, crate::rdma::micros(t0.elapsed()), err);
         }
     }
 

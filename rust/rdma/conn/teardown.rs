@@ -161,7 +161,7 @@ impl<H: ConnHandler> Conn<H> {
                 _ => return,
             }
         };
-        let us = |t: Instant<Monotonic>| u64::try_from(t.elapsed().as_micros_ceil()).unwrap_or(0);
+        let us = |t: Instant<Monotonic>| crate::rdma::micros(t.elapsed());
         let t = Instant::<Monotonic>::now();
         if let Some(id) = &id {
             // SAFETY: We own the id (taken out of the shared state above).

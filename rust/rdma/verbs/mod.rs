@@ -48,7 +48,7 @@ use objects::{Cq, Mr, Pd};
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
-use kernel::time::{Delta, Instant, Monotonic};
+use kernel::time::{Instant, Monotonic};
 
 /// The size of the QP and its work request bookkeeping.
 #[derive(Clone, Copy, Debug)]
@@ -121,10 +121,10 @@ impl QpAttrs {
 /// The fields are declared in the order they must be freed: the CQ first, since
 /// freeing it waits for its completion work, after which no completion
 /// callback runs (and so none reaches a buffer's count of requests in flight
-/// or a `Cqe`). The buffers and MRs are of the device and PD of `pd`. `bufs`, `cqes` and `wcqes` are never
-/// resized once built, so the addresses work requests hold stay valid (and
-/// those of the buffers' `writers` counts); each slot of `bufs` is set at most
-/// once.
+/// or a `Cqe`). The buffers and MRs are of the device and PD of `pd`. `bufs`,
+/// `cqes` and `wcqes` are never resized once built, so the addresses work
+/// requests hold stay valid (and those of the buffers' `writers` counts); each
+/// slot of `bufs` is set at most once.
 struct Parts {
     #[expect(dead_code, reason = "held for its drop")]
     cq: Cq,
@@ -311,10 +311,9 @@ impl<C: Completion> ResPtr<C> {
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
         // `Arc<C>`, and no `Cqe` uses it any more.
         drop(unsafe { Arc::from_raw(me.ctx) });
-        let us = |d: Delta| u64::try_from(d.as_micros_ceil()).unwrap_or(0);
         DestroyTimes {
-            destroy_qp_us: us(t1 - t0),
-            free_us: us(t1.elapsed()),
+            destroy_qp_us: crate::rdma::micros(t1 - t0),
+            free_us: crate::rdma::micros(t1.elapsed()),
         }
     }
 
