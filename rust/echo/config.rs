@@ -99,7 +99,8 @@ pub(crate) struct Config {
     pub(crate) port: u16,
     /// The ack timeout (`None`: unset, the CM default applies).
     pub(crate) ack_timeout: Option<AckTimeout>,
-    /// The minimum RNR NAK timer of this side's QPs (`None`: provider default).
+    /// The minimum RNR NAK timer of this side's QPs (`None`: unset, see
+    /// [`Config::conn_params`]).
     pub(crate) min_rnr_timer: Option<MinRnrTimer>,
     /// Transport retry count offered with the connect (`None`: 7, as rping).
     pub(crate) retry_count: Option<RetryCount>,
@@ -176,11 +177,22 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The parameters of this endpoint's connections. A server's QPs whose
+    /// `min_rnr_timer` is unset get [`MinRnrTimer::MS_0_32`], not the
+    /// CM's code 0 (655.36 ms): a server reposts a receive only
+    /// once the buffer is free again (its echo acknowledged, in echo mode),
+    /// and a client's SEND that comes first would wait out the whole timer,
+    /// on a live connection or, after a cut, before its retries start. A
+    /// client's QPs keep the CM's.
     pub(super) fn conn_params(&self) -> ConnParams {
         let d = ConnParams::default();
+        let min_rnr_timer = match self.role {
+            Role::Server => self.min_rnr_timer.or(Some(MinRnrTimer::MS_0_32)),
+            Role::Client => self.min_rnr_timer,
+        };
         ConnParams {
             ack_timeout: self.ack_timeout,
-            min_rnr_timer: self.min_rnr_timer,
+            min_rnr_timer,
             retry_count: self.retry_count.unwrap_or(d.retry_count),
             rnr_retry_count: self.rnr_retry_count.unwrap_or(d.rnr_retry_count),
             tos: self.tos,

@@ -77,6 +77,9 @@ impl MinRnrTimer {
     /// The largest code.
     pub(crate) const MAX: u8 = 31;
 
+    /// 0.32 ms (code 10, `IB_RNR_TIMER_000_32`), the timer RDS sets on its QPs.
+    pub(crate) const MS_0_32: Self = Self(10);
+
     /// Checks and wraps a code; `EINVAL` above [`MinRnrTimer::MAX`].
     pub(crate) fn new(code: u8) -> Result<Self> {
         if code > Self::MAX {
@@ -357,6 +360,7 @@ mod tests {
             Ok(491_520)
         );
         assert_eq!(MinRnrTimer::new(32), Err(EINVAL));
+        assert_eq!(MinRnrTimer::MS_0_32.as_micros(), 320);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 16
+ktap_set_plan 17
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -47,6 +47,12 @@ ktap_check "ECE accept: the server saw the client's offer (0x1234/0x5)" \
 	test "$(ep_get srv remote_ece vendor_id)" = 0x1234 -a "$(ep_get srv remote_ece attr_mod)" = 0x5
 ktap_check "ECE accept: the client saw the server's answer (0x1234/0x7)" \
 	test "$(ep_get cli remote_ece vendor_id)" = 0x1234 -a "$(ep_get cli remote_ece attr_mod)" = 0x7
+# min_rnr_timer left unset: a server's QP advertises 0.32 ms (code 10, as RDS sets), not the
+# CM's 655.36 ms (code 0), which a client's SEND that outruns the server's
+# repost would wait out; the client's QP keeps the CM's.
+ktap_print_msg "unset min_rnr_timer: server QP $(ep_get srv qp_attrs min_rnr_timer), client QP $(ep_get cli qp_attrs min_rnr_timer)"
+ktap_check "min_rnr_timer unset: the server's QP gets 10 (0.32 ms), the client's keeps the CM's 0" \
+	test "$(ep_get srv qp_attrs min_rnr_timer)" = 10 -a "$(ep_get cli qp_attrs min_rnr_timer)" = 0
 
 # ECE strict reject: another vendor id.
 endpoint $NS_B bad role=client addr=$ADDR_A ece_vendor_id=0x999 count=5 enable=1
