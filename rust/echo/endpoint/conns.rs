@@ -270,28 +270,39 @@ const REAPER_TICK_MS: u32 = 1000;
 /// The shortest wait of a connection's watch, in ms.
 const WATCH_MIN_MS: u32 = 10;
 
+/// How many connections [`Shared::tick_conns`] takes per hold of the lock.
+const TICK_BATCH: usize = 16;
+
 impl Shared {
     /// Calls each kept connection's [`EchoConn::tick`] outside the lock;
-    /// returns the soonest next call one of them wants, in ms.
+    /// returns the soonest next call one of them wants, in ms. Allocates
+    /// nothing: the watch must run when memory is short (a dead peer's
+    /// connection is ended by it), so the connections are taken
+    /// [`TICK_BATCH`] at a time into an array on the stack. A connection kept
+    /// or dropped between two batches may be ticked twice or not at all in
+    /// one firing; a tick only compares times, and the next firing comes.
     fn tick_conns(&self) -> Option<u32> {
-        let mut conns = KVec::new();
         let mut next: Option<u32> = None;
-        {
-            let g = self.inner.lock();
-            for k in g.run.conns.iter() {
-                if conns.push(k.conn.clone(), GFP_KERNEL).is_err() {
-                    // No memory to call them all now: the next firing does.
-                    next = Some(REAPER_TICK_MS);
-                    break;
+        let mut start = 0;
+        loop {
+            let mut batch: [Option<Arc<dyn EpConn>>; TICK_BATCH] = Default::default();
+            let more = {
+                let g = self.inner.lock();
+                for (slot, k) in batch.iter_mut().zip(g.run.conns.iter().skip(start)) {
+                    *slot = Some(k.conn.clone());
+                }
+                start += TICK_BATCH;
+                g.run.conns.len() > start
+            };
+            for c in batch.iter().flatten() {
+                if let Some(ms) = c.tick() {
+                    next = Some(next.map_or(ms, |n| n.min(ms)));
                 }
             }
-        }
-        for c in &conns {
-            if let Some(ms) = c.tick() {
-                next = Some(next.map_or(ms, |n| n.min(ms)));
+            if !more {
+                return next;
             }
         }
-        next
     }
 
     /// A server's accept deadline: closes each server connection not
