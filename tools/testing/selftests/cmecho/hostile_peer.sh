@@ -6,7 +6,8 @@
 # reason in last_error; copies sent right behind the last echo are ignored.
 # A peer that never answers fails the client (echo or rping) echo_timeout_ms
 # after its message was acknowledged; if it then dies, the client's
-# zero-length RDMA WRITE probe detects it by the ack timeout. A client that
+# zero-length RDMA WRITE probe detects it by the ack timeout, even while
+# every allocation through cmecho fails. A client that
 # connects and then goes silent, its host as if dead, gets its connection
 # probed after 10 s idle and ended by the probe's retries.
 # As a client it asks to connect and goes away before the connection is
@@ -139,14 +140,20 @@ mute_check mute 7306 "an echo peer" "no echo of message 0 within echo_timeout_ms
 # its keepalive probe, and detects the dead peer through the probe's retries,
 # as fast as the ack timeout says (T=14, 2 retries: 201 ms in theory), long
 # before the default echo_timeout_ms (30 s). The qdisc is in place before
-# the run (see ack_timeout.sh); the cut changes its loss.
+# the run (see ack_timeout.sh); the cut changes its loss. From the cut on,
+# every allocation through cmecho's code fails (failslab_on): only the
+# connection's watch, run from the endpoint's timer, can post the probe, so
+# the watch, the probe and the failure's report must need no memory.
 tc -n $NS_B qdisc add dev vb root netem loss 0%
 silent_run dead 7307 mode=echo count=20 depth=1 ack_timeout=14 retry_count=2 &&
+	failslab_on &&
 	tc -n $NS_B qdisc change dev vb root netem loss 100%
 wait_done dead 20
+ktap_print_msg "dead: allocations failed through cmecho meanwhile: $(failslab_hits)"
+failslab_off
 us=$(ep_get dead stats detect_us)
 ktap_print_msg "dead: detection as the module saw it: ${us:-none} us (theory 201327 us)"
-ktap_check "a peer that never echoes and then dies: the keepalive probe's retries detect it" \
+ktap_check "a peer that never echoes and then dies, while cmecho cannot allocate: the keepalive probe's retries detect it" \
 	eval '[ "$(<$CFS/dead/state)" = error ] &&
 		grep -q "probe failed: transport retry counter exceeded" $CFS/dead/last_error &&
 		[ "${us:-0}" -gt 0 ] && [ "$us" -lt 10000000 ]'
