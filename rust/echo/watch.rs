@@ -170,3 +170,20 @@ impl Watch {
         Ok(())
     }
 }
+
+/// What a connection's tick returns once its watch has checked it
+/// ([`Watch::check`]): in `again` ms the next tick, or, the check having
+/// failed, `None`, after `fail` got the reason to end the connection with.
+pub(crate) fn verdict(
+    checked: Result<(), Stall>,
+    again: u32,
+    fail: impl FnOnce(fmt::Arguments<'_>),
+) -> Option<u32> {
+    match checked {
+        Ok(()) => Some(again),
+        Err(why) => {
+            fail(fmt!("{}", why));
+            None
+        }
+    }
+}

@@ -11,7 +11,7 @@
 
 use super::{fill_at, verify_at, MAX_DEPTH};
 use crate::echo::hello::{Hello, Refused};
-use crate::echo::watch::Watch;
+use crate::echo::watch::{self, Watch};
 use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
@@ -389,13 +389,7 @@ impl ClientConn {
         let idle = st.sends_idle();
         let checked = st.watch.check(conn, self.probe_tag(), idle);
         drop(st);
-        match checked {
-            Ok(()) => Some(again),
-            Err(why) => {
-                self.fail(conn, fmt!("{}", why));
-                None
-            }
-        }
+        watch::verdict(checked, again, |why| self.fail(conn, why))
     }
 }
 

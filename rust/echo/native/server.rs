@@ -8,7 +8,7 @@
 
 use crate::echo::hello::Hello;
 use crate::echo::mode::ServerMode;
-use crate::echo::watch::Watch;
+use crate::echo::watch::{self, Watch};
 use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
@@ -132,13 +132,7 @@ impl EchoConn for ServerConn {
         let checked = st.watch.check(conn, self.probe_tag(), idle);
         let again = st.watch.again_ms();
         drop(st);
-        match checked {
-            Ok(()) => Some(again),
-            Err(why) => {
-                self.fail(conn, fmt!("{}", why));
-                None
-            }
-        }
+        watch::verdict(checked, again, |why| self.fail(conn, why))
     }
 }
 

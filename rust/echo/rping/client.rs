@@ -13,7 +13,7 @@
 //! the connection.
 
 use super::{Msg, MSG_LEN};
-use crate::echo::watch::Watch;
+use crate::echo::watch::{self, Watch};
 use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
@@ -255,13 +255,7 @@ impl ClientConn {
         let idle = p.sends == 0;
         let checked = p.watch.check(conn, T_PROBE, idle);
         drop(p);
-        match checked {
-            Ok(()) => Some(again),
-            Err(why) => {
-                self.fail(conn, fmt!("{}", why));
-                None
-            }
-        }
+        watch::verdict(checked, again, |why| self.fail(conn, why))
     }
 }
 

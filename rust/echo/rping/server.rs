@@ -12,7 +12,7 @@
 
 use super::{Msg, MAX_SIZE, MSG_LEN};
 use crate::echo::mode::ServerMode;
-use crate::echo::watch::Watch;
+use crate::echo::watch::{self, Watch};
 use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::verbs::{QpConfig, TAG_REG};
 use crate::rdma::WcError;
@@ -189,13 +189,7 @@ impl EchoConn for ServerConn {
         }
         let checked = p.watch.check(conn, T_PROBE, true);
         drop(p);
-        match checked {
-            Ok(()) => Some(again),
-            Err(why) => {
-                self.fail(conn, fmt!("{}", why));
-                None
-            }
-        }
+        watch::verdict(checked, again, |why| self.fail(conn, why))
     }
 }
 
