@@ -9,7 +9,10 @@
 #   round <TAB> case <TAB> tool <TAB> key=value ...
 # scripts/bench-report turns them into medians, spreads, ratios and plots. A
 # progress line per case goes to stdout. Times are taken with bash's
-# $EPOCHREALTIME (no process is forked for a clock read).
+# $EPOCHREALTIME (no process is forked for a clock read). The depth-1,
+# pipelined and many-connection runs also carry cpu_busy_us: the whole guest's
+# CPU time that was not idle during the run (/proc/stat); the guest runs
+# nothing else meanwhile, so it is both sides' work.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 SELFTEST_DIR=$PWD/tools/testing/selftests/cmecho
@@ -25,6 +28,13 @@ SIZES=(64 4096 65536)
 declare -A LAT_ITERS=([64]=2000 [4096]=1000 [65536]=300)
 BW_DEPTH=64
 BW_MS=3000
+# Many connections: one client endpoint's connections ("clients", at most 64)
+# and each one's depth, against the pipelined runs' servers, vs ib_send_bw -q
+# with as many QPs of that tx depth; the sizes (each one of SIZES) and length.
+AGG_CONNS=64
+AGG_DEPTH=16
+AGG_MS=3000
+AGG_SIZES=(64 4096)
 # Dead-peer detection: the ack timeouts and retry counts swept, and the loss cases.
 DETECT_T=(8 10 12 14 16 18 20)
 DETECT_RETRY=(0 1 2 3)
@@ -40,6 +50,7 @@ CM_CONNS=(50 500)
 # BENCH_QUICK=1: one point of each, to try the script itself.
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	SIZES=(64)
+	AGG_SIZES=(64)
 	DETECT_T=(14)
 	DETECT_RETRY=(1)
 	LOSS_T=(14)
@@ -48,7 +59,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	ADVISE_DELAY_MS=(5)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 2 * ${#AGG_SIZES[@]} + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -61,6 +72,17 @@ record() { # case tool key=value...
 	printf '%s\t%s\n' "$round" "$*" >>"$RAW"
 }
 now_us() { echo "${EPOCHREALTIME/./}"; }
+# cpu_busy_us VAR: sets VAR to the guest's CPU time so far, in µs, that was
+# neither idle nor iowait: user + nice + system + irq + softirq + steal of
+# /proc/stat's cpu line (guest time is within user), in USER_HZ ticks. Read
+# with bash's read, so that nothing forks inside a measured run.
+CLK_TCK=$(getconf CLK_TCK)
+[[ $CLK_TCK =~ ^[1-9][0-9]*$ ]] || { echo "bench: getconf CLK_TCK gave '$CLK_TCK'"; exit 1; }
+cpu_busy_us() {
+	local _c u n s i w q sq st
+	read -r _c u n s i w q sq st _ </proc/stat
+	printf -v "$1" '%s' $(((u + n + s + q + sq + st) * 1000000 / CLK_TCK))
+}
 # The stats keys of endpoint $1 as key=value words.
 stats_kv() {
 	local k v out=
@@ -82,23 +104,29 @@ cmtime_kv() {
 }
 # The data line of a perftest report: the first line whose first field is the size.
 perftest_line() { awk -v s="$1" '$1 == s && NF >= 5 { print; exit }'; }
-# Runs the perftest server in A and the client in B; prints the client's report.
+# Runs the perftest server in A and the client in B; prints the client's report,
+# then a line cpu_busy_us=N: the guest's busy CPU time (cpu_busy_us) from the
+# server listening until both have exited (its last line: ${out##*cpu_busy_us=}).
 perftest() { # tool args...
-	local tool=$1 out
+	local tool=$1 out c0 c1
 	shift
 	in_ns $NS_A timeout 120 "$tool" -R -F "$@" >/dev/null 2>&1 &
 	local srv=$!
 	wait_for 600 cm_listening 18515
+	cpu_busy_us c0
 	# Its connection is now and then rejected as if nobody listened yet
-	# (RDMA_CM_EVENT_REJECTED, status 8) while the server waits on: once more.
+	# (RDMA_CM_EVENT_REJECTED, status 8) while the server waits on: once more,
+	# and the CPU time counted from then.
 	if ! out=$(in_ns $NS_B timeout 120 "$tool" -R -F "$@" $ADDR_A 2>&1); then
 		printf '# round %s: %s -R -F %s failed, tried again\n%s\n' "$round" "$tool" "$*" "$out" >>"$OUT/perftest.log"
 		nap 1
+		cpu_busy_us c0
 		out=$(in_ns $NS_B timeout 120 "$tool" -R -F "$@" $ADDR_A 2>&1)
 	fi
 	wait $srv
+	cpu_busy_us c1
 	printf '# round %s: %s -R -F %s\n%s\n' "$round" "$tool" "$*" "$out" >>"$OUT/perftest.log"
-	printf '%s\n' "$out"
+	printf '%s\ncpu_busy_us=%s\n' "$out" $((c1 - c0))
 }
 
 # The netem qdisc on the client's egress (added once, losing nothing, before
@@ -164,17 +192,26 @@ echo_client() { # name size depth count|- duration_ms|- [knob=value...]
 
 for ((round = 1; round <= ROUNDS; round++)); do
 	# 1. Depth-1 RTT: cmecho native echo vs ib_send_lat -R (half a round trip).
+	# Each run's CPU time (cpu_busy_us) too, its setup and teardown included:
+	# cmecho's from before its client is made until it is removed, both sides'
+	# kernel work (completion work items, softirq, rxe's tasks); perftest's
+	# from its server listening until both processes have exited, both
+	# busy-polling.
 	for s in "${SIZES[@]}"; do
 		progress "rtt $s B: cmecho"
 		n=${LAT_ITERS[$s]}
+		cpu_busy_us c0
 		echo_client lat $s 1 $n - && wait_done lat 300
-		record "rtt_$s" cmecho "state=$(<$CFS/lat/state) $(stats_kv lat)"
+		kv="state=$(<$CFS/lat/state) $(stats_kv lat)"
 		rm_ep lat
+		cpu_busy_us c1
+		record "rtt_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
 		progress "rtt $s B: ib_send_lat -R"
-		line=$(perftest ib_send_lat -s $s -n $n | perftest_line $s)
+		out=$(perftest ib_send_lat -s $s -n $n)
+		line=$(perftest_line $s <<<"$out")
 		# bytes iters t_min t_max t_typical t_avg t_stdev p99 p99.9
-		read -r _ _ tmin tmax ttyp tavg _ p99 p999 <<<"$line"
-		record "rtt_$s" ib_send_lat "t_min_us=$tmin t_max_us=$tmax t_typical_us=$ttyp t_avg_us=$tavg t_p99_us=$p99 t_p999_us=$p999"
+		read -r _ iters tmin tmax ttyp tavg _ p99 p999 <<<"$line"
+		record "rtt_$s" ib_send_lat "t_min_us=$tmin t_max_us=$tmax t_typical_us=$ttyp t_avg_us=$tavg t_p99_us=$p99 t_p999_us=$p999 iters=$iters cpu_busy_us=${out##*cpu_busy_us=}"
 	done
 	# 1b. Where a depth-1 echo's time goes: the kernel's rdma_core:cq_process
 	# event gives, for each poll of a CQ, how long its poll context took to
@@ -206,17 +243,47 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		rm_ep prof
 	fi
 
-	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64).
+	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64),
+	# each run's CPU time as in 1.
 	for s in "${SIZES[@]}"; do
 		progress "pipelined $s B x $BW_DEPTH: cmecho"
+		cpu_busy_us c0
 		echo_client bw $s $BW_DEPTH - $BW_MS && wait_done bw 120
-		record "bw_$s" cmecho "state=$(<$CFS/bw/state) $(stats_kv bw)"
+		kv="state=$(<$CFS/bw/state) $(stats_kv bw)"
 		rm_ep bw
+		cpu_busy_us c1
+		record "bw_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
 		progress "pipelined $s B x $BW_DEPTH: ib_send_bw -R -b"
-		line=$(perftest ib_send_bw -b -s $s -t $BW_DEPTH -D $((BW_MS / 1000)) --report_gbits | perftest_line $s)
+		out=$(perftest ib_send_bw -b -s $s -t $BW_DEPTH -D $((BW_MS / 1000)) --report_gbits)
+		line=$(perftest_line $s <<<"$out")
 		# bytes iters bw_peak bw_avg msgrate
 		read -r _ iters _ gbps mpps <<<"$line"
-		record "bw_$s" ib_send_bw "iters=$iters gbit_s=$gbps mpps=$mpps"
+		record "bw_$s" ib_send_bw "iters=$iters gbit_s=$gbps mpps=$mpps cpu_busy_us=${out##*cpu_busy_us=}"
+	done
+	# 2b. Many connections: one client endpoint's AGG_CONNS connections of depth
+	# AGG_DEPTH at once, for AGG_MS, against the same servers (their depth,
+	# BW_DEPTH, takes AGG_DEPTH; max_conns' default, 256, takes AGG_CONNS; each
+	# connection holds 2 x BW_DEPTH x size bytes of buffers there, 32 MiB for
+	# 64 of 4 KiB, within their mem_budget_kib), vs ib_send_bw -R -b -q with as
+	# many QPs of that tx depth; each run's CPU time as in 1.
+	for s in "${AGG_SIZES[@]}"; do
+		progress "$AGG_CONNS connections, $s B x $AGG_DEPTH: cmecho"
+		cpu_busy_us c0
+		echo_client agg $s $AGG_DEPTH - $AGG_MS clients=$AGG_CONNS && wait_done agg 120
+		kv="conns=$AGG_CONNS depth=$AGG_DEPTH state=$(<$CFS/agg/state) $(stats_kv agg) last_error=$(tr ' ' _ <$CFS/agg/last_error)"
+		rm_ep agg
+		cpu_busy_us c1
+		record "agg_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
+		progress "$AGG_CONNS connections, $s B x $AGG_DEPTH: ib_send_bw -R -b -q $AGG_CONNS"
+		# -r: with its default receive depth, 512 for each of 64 QPs, its
+		# receive CQ would take 32768 entries, one more than rxe's max_cqe
+		# (2^15 - 1): it could not start ("Couldn't create a receiver CQ").
+		out=$(perftest ib_send_bw -b -q $AGG_CONNS -s $s -t $AGG_DEPTH -r $((4 * AGG_DEPTH)) \
+			-D $((AGG_MS / 1000)) --report_gbits)
+		line=$(perftest_line $s <<<"$out")
+		# bytes iters bw_peak bw_avg msgrate
+		read -r _ iters _ gbps mpps <<<"$line"
+		record "agg_$s" ib_send_bw "qps=$AGG_CONNS depth=$AGG_DEPTH rx_depth=$((4 * AGG_DEPTH)) iters=$iters gbit_s=$gbps mpps=$mpps cpu_busy_us=${out##*cpu_busy_us=}"
 	done
 	# 3. The rping protocol, 64 B: time per ping. cmecho's client times its run
 	# from establishment to the last echo; a stock client is timed from the shell
