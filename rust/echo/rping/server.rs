@@ -114,7 +114,7 @@ impl ServerConn {
             p.phase = Phase::Done;
             p.counters.errors += 1;
         }
-        let qpn = conn.qp_attrs().map(|a| a.qp_num).unwrap_or(0);
+        let qpn = conn.qp_num().unwrap_or(0);
         self.shared.error(fmt!("server: qp {}: {}", qpn, what));
         conn.close();
     }

@@ -560,9 +560,17 @@ impl<H: ConnHandler> Conn<H> {
         self.inner.lock().remote_ece
     }
 
-    /// What the QP really got, read back from the provider.
+    /// What the QP really got, read back from the provider: a call that may
+    /// sleep (`ib_query_qp`), so not one for a completion handler, which
+    /// reads what it needs once, as the connection is established.
     pub(crate) fn qp_attrs(&self) -> Result<QpAttrs> {
         self.with_res(|res| res.query_qp())
+    }
+
+    /// The QP's number, without asking the provider; `None` once the QP is
+    /// gone, or before it exists.
+    pub(crate) fn qp_num(&self) -> Option<u32> {
+        self.with_res(|res| Ok(res.qp_num())).ok()
     }
 
     /// Writes the peer's address and port as text into `buf`; `None` once the id

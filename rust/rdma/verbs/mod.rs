@@ -317,7 +317,13 @@ impl<C: Completion> ResPtr<C> {
         }
     }
 
-    /// What the provider reports for the QP (`ib_query_qp`).
+    /// The QP's number, set when it was created: no call into the provider.
+    pub(crate) fn qp_num(&self) -> u32 {
+        // SAFETY: The QP is live by the type invariant.
+        unsafe { ffi::cmecho_qp_num(self.qp.as_ptr()) }
+    }
+
+    /// What the provider reports for the QP (`ib_query_qp`), which may sleep.
     pub(crate) fn query_qp(&self) -> Result<QpAttrs> {
         let mut attr: ffi::ib_qp_attr = Zeroable::zeroed();
         let mut init: ffi::ib_qp_init_attr = Zeroable::zeroed();
@@ -333,8 +339,7 @@ impl<C: Completion> ResPtr<C> {
             ffi::ib_query_qp(self.qp.as_ptr(), &mut attr, mask as c_int, &mut init)
         })?;
         Ok(QpAttrs {
-            // SAFETY: The QP is live by the type invariant.
-            qp_num: unsafe { ffi::cmecho_qp_num(self.qp.as_ptr()) },
+            qp_num: self.qp_num(),
             state: u8::try_from(attr.qp_state).unwrap_or(u8::MAX),
             timeout: attr.timeout,
             retry_cnt: attr.retry_cnt,
