@@ -24,6 +24,7 @@
 //! ends the connection ([`Stall::Unacked`]).
 
 use super::ErrName;
+use crate::rdma::verbs::QpAttrs;
 use crate::rdma::{Conn, ConnHandler};
 use kernel::fmt;
 use kernel::prelude::*;
@@ -84,13 +85,11 @@ impl Watch {
         }
     }
 
-    /// Starts a client's watch, with the probe interval of `conn`'s QP:
-    /// 4.096 µs × 2^T, rounded up to a ms; [`PROBE_MAX_MS`] for T = 0 (no
-    /// timer) or a QP not read.
-    pub(crate) fn start<H: ConnHandler>(&mut self, conn: &Conn<H>) {
-        let ms = conn
-            .qp_attrs()
-            .ok()
+    /// Starts a client's watch, with the probe interval of its QP (`qp`, as
+    /// read when the connection was established): 4.096 µs × 2^T, rounded up
+    /// to a ms; [`PROBE_MAX_MS`] for T = 0 (no timer) or a QP not read.
+    pub(crate) fn start(&mut self, qp: Option<QpAttrs>) {
+        let ms = qp
             .filter(|a| a.timeout > 0 && a.timeout < 32)
             .map_or(PROBE_MAX_MS, |a| {
                 let ms = (4096u64 << a.timeout).div_ceil(1_000_000);

@@ -131,11 +131,16 @@ impl Shared {
         }
     }
 
-    /// Captures what the QP of a just-established connection got.
-    pub(in crate::echo) fn read_back<H: crate::rdma::ConnHandler>(&self, conn: &Conn<H>) {
-        if let Some(rb) = ReadBack::of(conn) {
-            self.inner.lock().read_back = Some(rb);
-        }
+    /// Captures what the QP of a just-established connection got, and
+    /// returns its attributes: what the connection's completion handler
+    /// keeps, rather than ask the provider again from there.
+    pub(in crate::echo) fn read_back<H: crate::rdma::ConnHandler>(
+        &self,
+        conn: &Conn<H>,
+    ) -> Option<QpAttrs> {
+        let rb = ReadBack::of(conn)?;
+        self.inner.lock().read_back = Some(rb);
+        Some(rb.qp)
     }
 
     /// Records a connect request a server refused for its own reasons (`why`),

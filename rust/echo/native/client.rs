@@ -14,7 +14,7 @@ use crate::echo::hello::{Hello, Refused};
 use crate::echo::watch::{self, Watch};
 use crate::echo::{spawn_connect, Addr, Config, ConnCounters, EchoConn, ErrName, Shared};
 use crate::rdma::params::PrivateData;
-use crate::rdma::verbs::QpConfig;
+use crate::rdma::verbs::{QpAttrs, QpConfig};
 use crate::rdma::WcError;
 use crate::rdma::{Conn, ConnHandler, EndReason};
 use kernel::error::code::ENOTCONN;
@@ -36,6 +36,9 @@ struct ClientState {
     /// message, and its echo is due.
     acked_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
     started: Option<Instant<Monotonic>>,
+    /// What the QP got, read once established: what a failed completion
+    /// reports, without asking the provider from its handler.
+    qp: Option<QpAttrs>,
     watch: Watch,
     done: bool,
     counters: ConnCounters,
@@ -76,6 +79,7 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             sent_at: [None; MAX_DEPTH as usize],
             acked_at: [None; MAX_DEPTH as usize],
             started: None,
+            qp: None,
             watch: Watch::new(),
             done: false,
             counters: ConnCounters::default(),
@@ -200,7 +204,8 @@ impl ClientConn {
                 self.shared.stats(|s| s.run_time(d));
             }
             self.shared.client_finished(ok);
-            conn.disconnect();
+            // The close disconnects, from its work item: nothing here waits
+            // for the CM.
             conn.close();
         }
     }
@@ -341,10 +346,11 @@ impl EchoConn for ClientConn {
             // still there, is not the one to show.
             return;
         }
-        self.shared.read_back(conn);
+        let qp = self.shared.read_back(conn);
         {
             let mut st = self.st.lock();
-            st.watch.start(conn);
+            st.qp = qp;
+            st.watch.start(qp);
             st.started = Some(Instant::now());
         }
         self.pump(conn);
@@ -422,17 +428,16 @@ impl ConnHandler for ClientConn {
         match status {
             Err(e) if e.is_flush() && !conn.flush_is_failure() => {}
             Err(e) => {
-                let detect = {
+                // With what this connection's QP got, for the detection's event.
+                let (detect, qp) = {
                     let mut st = self.st.lock();
                     let first = !st.done && conn.is_open();
                     let us = st.waited().map(crate::rdma::micros);
                     if first && st.counters.detect_us.is_none() {
                         st.counters.detect_us = us;
                     }
-                    us.filter(|_| first)
+                    (us.filter(|_| first), st.qp)
                 };
-                // What this connection's QP got, for the detection's event.
-                let qp = detect.and_then(|_| conn.qp_attrs().ok());
                 self.shared.wc_failed(conn.serial(), e.0, detect, qp);
                 let op = if tag < self.depth {
                     "SEND"

@@ -212,7 +212,7 @@ impl ClientConn {
                         self.shared.stats(|s| s.run_time(t.elapsed()));
                     }
                     self.finish(true);
-                    conn.disconnect();
+                    // The close disconnects, from its work item.
                     conn.close();
                     Ok(())
                 } else {
@@ -285,10 +285,10 @@ impl EchoConn for ClientConn {
             // Ended (and reported) between `ESTABLISHED` and now.
             return;
         }
-        self.shared.read_back(conn);
+        let qp = self.shared.read_back(conn);
         {
             let mut p = self.progress.lock();
-            p.watch.start(conn);
+            p.watch.start(qp);
             p.run_started = Some(Instant::now());
         }
         // The source is read by the server, the sink written: fast registrations,

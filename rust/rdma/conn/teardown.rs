@@ -29,6 +29,14 @@ impl<H: ConnHandler> Conn<H> {
     /// [`Connector::connect`](super::Connector::connect) under way (or to
     /// come) fails with `ECONNABORTED`, an accept under way
     /// releases it, and no resolution is repeated.
+    ///
+    /// `rdma_disconnect` takes the CM's `qp_mutex`: not a call for a
+    /// completion handler, which [`Conn::close`]s instead (the release
+    /// disconnects).
+    #[allow(
+        dead_code,
+        reason = "API for ULPs; cmecho.ko's handlers close, which disconnects"
+    )]
     pub(crate) fn disconnect(&self) {
         let mut g = self.inner.lock();
         if self.feed(&mut g, Input::Disconnect) != Action::Disconnect {
