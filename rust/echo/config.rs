@@ -202,6 +202,7 @@ impl Config {
             resolve_timeout_ms: self.resolve_timeout_ms,
             resolve_retries: self.resolve_retries,
             connect_timeout_ms: self.connect_timeout_ms,
+            busy_poll_us: 0,
         }
     }
 

@@ -34,6 +34,7 @@ struct ib_cqe;
 struct ib_recv_wr;
 struct ib_send_wr;
 struct workqueue_struct;
+struct work_struct;
 struct dentry;
 struct seq_file;
 
@@ -66,6 +67,12 @@ u32 cmecho_qp_num(const struct ib_qp *qp);
 struct ib_pd *cmecho_pd_alloc(struct ib_device *dev);
 /* @poll_ctx: enum ib_poll_context. */
 struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe, u32 poll_ctx);
+struct ib_cq *cmecho_cq_alloc_polled(struct ib_device *dev, u32 nr_cqe,
+				     void (*handler)(struct ib_cq *cq, void *ctx), void *ctx);
+int cmecho_cq_arm(struct ib_cq *cq);
+void cmecho_work_init(struct work_struct *work, void (*func)(struct work_struct *work));
+bool cmecho_queue_work(struct workqueue_struct *wq, struct work_struct *work);
+bool cmecho_need_resched(void);
 int cmecho_dma_map(struct ib_device *dev, void *cpu, u32 len, u64 *dma);
 void cmecho_dma_unmap(struct ib_device *dev, u64 dma, u32 len);
 void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);

@@ -2,15 +2,19 @@
 /*
  * Verbs helpers for cmecho's Rust layer (rust/rdma/verbs/, cq.rs).
  *
- * Only what Rust cannot call: macros (ib_alloc_pd, ib_alloc_cq), static inlines
- * (the ib_dma_* family, ib_post_send/ib_post_recv, the rkey update of a
- * registration) and the number of a QP, whose struct Rust has no layout for.
+ * Only what Rust cannot call: macros (ib_alloc_pd, ib_alloc_cq, INIT_WORK),
+ * static inlines (the ib_dma_* family, ib_post_send/ib_post_recv,
+ * ib_req_notify_cq, queue_work, need_resched, the rkey update of a
+ * registration), and the fields of a QP and a CQ, whose structs Rust has no
+ * layout for (a QP's number, a busy-polled CQ's completion handler).
  * Rust builds the work requests, reads completions, queries QPs and frees PDs
  * and MRs itself. The helpers keep nothing between calls; the objects, their
  * bounds checks and their teardown order belong to rust/rdma/verbs/.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
+#include <linux/sched.h>
+#include <linux/workqueue.h>
 #include <linux/scatterlist.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
@@ -35,6 +39,51 @@ u32 cmecho_qp_num(const struct ib_qp *qp)
 struct ib_cq *cmecho_cq_alloc(struct ib_device *dev, u32 nr_cqe, u32 poll_ctx)
 {
 	return ib_alloc_cq(dev, NULL, nr_cqe, 0, poll_ctx);
+}
+
+/*
+ * A CQ that rust/rdma/verbs/ polls itself (busy polling): allocated for direct
+ * polling, so that the core neither arms nor polls it, with @handler as the
+ * handler the provider calls on a completion once it is armed, and @ctx as its
+ * context. Not armed yet.
+ */
+struct ib_cq *cmecho_cq_alloc_polled(struct ib_device *dev, u32 nr_cqe,
+				     void (*handler)(struct ib_cq *cq, void *ctx), void *ctx)
+{
+	struct ib_cq *cq = ib_alloc_cq(dev, ctx, nr_cqe, 0, IB_POLL_DIRECT);
+
+	if (!IS_ERR(cq))
+		cq->comp_handler = handler;
+	return cq;
+}
+
+/* Arms @cq for its next completion; > 0 if completions may have come unseen. */
+int cmecho_cq_arm(struct ib_cq *cq)
+{
+	return ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS);
+}
+
+void cmecho_work_init(struct work_struct *work, void (*func)(struct work_struct *work))
+{
+	INIT_WORK(work, func);
+}
+
+bool cmecho_queue_work(struct workqueue_struct *wq, struct work_struct *work)
+{
+	return queue_work(wq, work);
+}
+
+/*
+ * Whether another task waits for this CPU: need_resched(), or the lazy flag a
+ * wakeup of a fair-class task sets instead under lazy preemption, which the
+ * scheduler turns into need_resched() only at the next tick (and under which
+ * cond_resched() does nothing). A poller that looked at need_resched() alone
+ * would hold the CPU for up to a tick while the provider's task that makes the
+ * next completion waits for it.
+ */
+bool cmecho_need_resched(void)
+{
+	return need_resched() || tif_test_bit(TIF_NEED_RESCHED_LAZY);
 }
 
 /* Maps @len bytes at @cpu both ways; -ENOMEM if the mapping failed. */

@@ -236,6 +236,13 @@ pub(crate) struct ConnParams {
     pub(crate) resolve_retries: u8,
     /// How long `rdma_connect` may take until `ESTABLISHED`, in ms (active side).
     pub(crate) connect_timeout_ms: u32,
+    /// Busy polling, in µs: how long the connection's completion work goes on
+    /// polling its CQ after the last completion before it sleeps until the
+    /// next; 0 leaves the CQ to the core's workqueue (`IB_POLL_WORKQUEUE`),
+    /// which sleeps at once. The handlers run in the same context either way;
+    /// polling costs CPU time, and saves the wake-up of a work item for a
+    /// completion that comes within it.
+    pub(crate) busy_poll_us: u32,
 }
 
 impl Default for ConnParams {
@@ -257,6 +264,7 @@ impl Default for ConnParams {
             resolve_timeout_ms: RESOLVE_TIMEOUT_MS,
             resolve_retries: RESOLVE_RETRIES,
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
+            busy_poll_us: 0,
         }
     }
 }

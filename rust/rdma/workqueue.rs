@@ -5,7 +5,7 @@
 //! ULP may [`spawn`] its own work.
 
 use super::ffi;
-use core::ptr;
+use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::bindings;
 use kernel::prelude::*;
@@ -21,14 +21,18 @@ use kernel::workqueue::{
 /// Each module that builds this layer (cmecho and the samples) has its own.
 static WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
+/// The module's workqueue for busy-polled CQs (`verbs::objects::Poller`):
+/// null exactly when [`WQ`] is, made and destroyed with it.
+static POLL_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
+
 /// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
 ///
 /// Must be the first field the module initialises and the last it drops.
 ///
 /// # Invariants
 ///
-/// While a value exists, the module's workqueue exists and [`WQ`] points to it;
-/// there is at most one.
+/// While a value exists, the module's workqueues exist and [`WQ`] and
+/// [`POLL_WQ`] point to them; there is at most one.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
@@ -55,16 +59,40 @@ impl WorkQueue {
         if wq.is_null() {
             return Err(ENOMEM);
         }
+        // Per CPU, as `ib-comp-wq`, where the core polls its CQs: a
+        // busy-polled CQ's work runs on the CPU its completion came on.
+        // CPU-intensive: a run that polls on keeps its CPU, and the
+        // workqueue does not hold other items back for it. Not high
+        // priority: a poller gives way to the tasks that make the next
+        // completion (the provider's), as soon as one waits for the CPU.
+        // SAFETY: As above.
+        let poll_wq = unsafe {
+            ffi::cmecho_wq_alloc(
+                c"cmecho_poll".as_char_ptr(),
+                bindings::wq_flags_WQ_PERCPU | bindings::wq_flags_WQ_CPU_INTENSIVE,
+                0,
+            )
+        };
+        if poll_wq.is_null() {
+            // SAFETY: `wq` was allocated above and nothing else knows it.
+            unsafe { bindings::destroy_workqueue(wq) };
+            return Err(ENOMEM);
+        }
         if WQ
             .compare_exchange(ptr::null_mut(), wq, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // Another `new` got there first: this one was never used.
-            // SAFETY: `wq` was allocated above and nothing else knows it.
-            unsafe { bindings::destroy_workqueue(wq) };
+            // Another `new` got there first: these were never used.
+            // SAFETY: Both were allocated above and nothing else knows them.
+            unsafe {
+                bindings::destroy_workqueue(poll_wq);
+                bindings::destroy_workqueue(wq);
+            }
             return Err(EBUSY);
         }
-        // INVARIANT: The workqueue was created, `WQ` points to it, and it belongs
+        POLL_WQ.store(poll_wq, Ordering::Release);
+        // INVARIANT: The workqueues were created, `WQ` and `POLL_WQ` point to
+        // them, and they belong
         // to this value.
         Ok(Self(()))
     }
@@ -79,6 +107,11 @@ impl Drop for WorkQueue {
         // the workqueue in `WQ` if they queue more.
         unsafe { bindings::destroy_workqueue(wq) };
         WQ.store(ptr::null_mut(), Ordering::Release);
+        let poll_wq = POLL_WQ.swap(ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: By the type invariant `poll_wq` is the live workqueue this
+        // value owns. Every connection, and so every busy-polled CQ and its
+        // work, is gone, as is all the other work that could release one.
+        unsafe { bindings::destroy_workqueue(poll_wq) };
     }
 }
 
@@ -95,6 +128,13 @@ fn workqueue() -> Option<&'static Queue> {
     // SAFETY: A non-null pointer is the live module workqueue, which lives until
     // the module drops its `WorkQueue`, after everything that queues work.
     Some(unsafe { Queue::from_raw(wq) })
+}
+
+/// The module's workqueue for busy-polled CQs; `None` while there is none
+/// (before [`WorkQueue::new`], after its drop). A CQ that uses it is freed,
+/// its work cancelled, before the module drops its [`WorkQueue`].
+pub(super) fn poll_queue() -> Option<NonNull<bindings::workqueue_struct>> {
+    NonNull::new(POLL_WQ.load(Ordering::Acquire))
 }
 
 /// A closure that [`spawn`] runs once on the module's workqueue.

@@ -41,8 +41,10 @@
 //!    and then the new id's); taken by `rdma_connect`, by the accept's work
 //!    item (`rdma_lock_handler`, around the QP's creation, `setup` and
 //!    `rdma_accept`) and, in effect, by `rdma_destroy_id`, which waits for it.
-//! 2. A CQ's completion work: [`ConnHandler::completion`] runs in it, and
-//!    destroying QP resources waits for it (`ib_free_cq`).
+//! 2. A CQ's completion work, the core's or, busy-polled
+//!    ([`ConnParams::busy_poll_us`]), this layer's own: [`ConnHandler::completion`]
+//!    runs in it, and destroying QP resources waits for it (`ib_free_cq`,
+//!    `cancel_work_sync`).
 //! 3. The ULP's own locks.
 //! 4. [`Conn`]'s `res` (`cmecho_conn_res`): held while a [`Conn::with_res`]
 //!    closure runs, and while the QP resources are created or taken out.
@@ -92,7 +94,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
-use kernel::time::msecs_to_jiffies;
+use kernel::time::{msecs_to_jiffies, Delta};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use state::{Action, Input, Phase, State};
 
@@ -485,7 +487,9 @@ impl<H: ConnHandler> Conn<H> {
         let mut rg = self.res.lock();
         let g = self.inner.lock();
         let id = g.id.as_ref().ok_or(ENOTCONN)?;
-        *rg = Some(verbs::ResPtr::create(id, self.clone(), qp)?);
+        let busy_poll = (self.params.busy_poll_us > 0)
+            .then(|| Delta::from_micros(i64::from(self.params.busy_poll_us)));
+        *rg = Some(verbs::ResPtr::create(id, self.clone(), qp, busy_poll)?);
         Ok(())
     }
 

@@ -48,7 +48,7 @@ use objects::{Cq, Mr, Pd};
 
 use kernel::prelude::*;
 use kernel::sync::Arc;
-use kernel::time::{Instant, Monotonic};
+use kernel::time::{Delta, Instant, Monotonic};
 
 /// The size of the QP and its work request bookkeeping.
 #[derive(Clone, Copy, Debug)]
@@ -178,13 +178,21 @@ pub(crate) struct ResPtr<C: Completion> {
 unsafe impl<C: Completion> Send for ResPtr<C> {}
 
 impl<C: Completion> ResPtr<C> {
-    /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`].
+    /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`],
+    /// from a CQ polled by the core's workqueue, or, with `busy_poll`, by this
+    /// layer's own work item on it, which polls on for that long after a
+    /// completion before it sleeps.
     ///
     /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
-    pub(super) fn create(id: &IdPtr, ctx: Arc<C>, cfg: &QpConfig) -> Result<Self> {
+    pub(super) fn create(
+        id: &IdPtr,
+        ctx: Arc<C>,
+        cfg: &QpConfig,
+        busy_poll: Option<Delta>,
+    ) -> Result<Self> {
         let ctx = Arc::into_raw(ctx);
         // SAFETY: `ctx` is a reference on an `Arc<C>`, given to `build`.
-        let r = unsafe { Self::build(id, ctx, cfg) };
+        let r = unsafe { Self::build(id, ctx, cfg, busy_poll) };
         if r.is_err() {
             // SAFETY: `ctx` came from `Arc::into_raw` above, and `build` kept no
             // copy of it when it failed.
@@ -197,7 +205,12 @@ impl<C: Completion> ResPtr<C> {
     ///
     /// `ctx` must be a reference on an `Arc<C>`. On success the result owns it;
     /// on failure it is not used.
-    unsafe fn build(id: &IdPtr, ctx: *const C, cfg: &QpConfig) -> Result<Self> {
+    unsafe fn build(
+        id: &IdPtr,
+        ctx: *const C,
+        cfg: &QpConfig,
+        busy_poll: Option<Delta>,
+    ) -> Result<Self> {
         let idp = id.as_ptr();
         let idn = NonNull::new(idp).ok_or(EINVAL)?;
         // SAFETY: `id` is live by its type invariant; its device is set once the
@@ -235,13 +248,13 @@ impl<C: Completion> ResPtr<C> {
         // before it returns.
         let pd = unsafe { Pd::alloc(dev)? };
         // SAFETY: As above.
-        let cq = unsafe { Cq::alloc(dev, nr_cqe)? };
+        let cq = unsafe { Cq::alloc(dev, nr_cqe, busy_poll)? };
         // No event handler, SRQ or XRC domain; one SGE per work request.
         let mut init = ffi::ib_qp_init_attr {
             qp_type: ffi::IB_QPT_RC,
             sq_sig_type: ffi::IB_SIGNAL_REQ_WR,
-            send_cq: cq.0.as_ptr(),
-            recv_cq: cq.0.as_ptr(),
+            send_cq: cq.as_ptr(),
+            recv_cq: cq.as_ptr(),
             cap: ffi::ib_qp_cap {
                 max_send_wr: send_wr,
                 max_recv_wr: recv_wr,
