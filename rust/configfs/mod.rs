@@ -108,6 +108,7 @@ impl configfs::GroupOperations for Root {
                 connect_timeout_ms: 31,
                 accept_timeout_ms: 32,
                 echo_timeout_ms: 33,
+                busy_poll_us: 34,
             ],
         };
         Ok(configfs::Group::new(
@@ -467,6 +468,14 @@ endpoint_attr!(33,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.echo_timeout_ms)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("echo_timeout_ms", |c| {
         c.echo_timeout_ms = number(page, &limits::ECHO_TIMEOUT_MS)?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(34,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.busy_poll_us)),
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("busy_poll_us", |c| {
+        c.busy_poll_us = number(page, &limits::BUSY_POLL_US)?;
         Ok(())
     }),
 );

@@ -141,6 +141,9 @@ pub(crate) struct Config {
     /// How long a native echo client waits for the echo of a message its
     /// peer's device acknowledged, in ms.
     pub(crate) echo_timeout_ms: u32,
+    /// How long each connection's completion work busy-polls its CQ after a
+    /// completion, in µs (0: not at all).
+    pub(crate) busy_poll_us: u32,
 }
 
 impl Default for Config {
@@ -172,6 +175,7 @@ impl Default for Config {
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
             accept_timeout_ms: ACCEPT_TIMEOUT_MS,
             echo_timeout_ms: ECHO_TIMEOUT_MS,
+            busy_poll_us: 0,
         }
     }
 }
@@ -202,7 +206,7 @@ impl Config {
             resolve_timeout_ms: self.resolve_timeout_ms,
             resolve_retries: self.resolve_retries,
             connect_timeout_ms: self.connect_timeout_ms,
-            busy_poll_us: 0,
+            busy_poll_us: self.busy_poll_us,
         }
     }
 

@@ -120,6 +120,9 @@ pub(crate) const CONNECT_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
 pub(crate) const ACCEPT_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
 /// From a message's acknowledgement to its echo, in ms.
 pub(crate) const ECHO_TIMEOUT_MS: Limit = Limit::new(100, 600_000);
+/// How long a connection's completion work busy-polls its CQ after a
+/// completion, in µs: up to 10 ms, far more than a round trip.
+pub(crate) const BUSY_POLL_US: Limit = Limit::new(0, 10_000);
 
 /// Why a store was refused: the text `last_error` gives after the
 /// attribute's name.

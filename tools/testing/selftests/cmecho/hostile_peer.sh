@@ -53,16 +53,17 @@ dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
-# peer_run MODE PORT EP: the peer in namespace a, cmecho's client EP in b; the
-# client's final state and last_error are left in STATE and LERR, the peer's
-# exit status in PEER_RC.
+# peer_run MODE PORT EP [KNOB...]: the peer in namespace a, cmecho's client EP
+# in b (with KNOB...); the client's final state and last_error are left in
+# STATE and LERR, the peer's exit status in PEER_RC.
 peer_run() {
 	local mode=$1 port=$2 ep=$3 pid
+	shift 3
 	ip netns exec $NS_A "$PEER" server $ADDR_A $port $mode 120 >/tmp/peer_$mode.log 2>&1 &
 	pid=$!
 	wait_for 600 cm_listening $port || ktap_print_msg "$mode: the peer is not listening"
 	endpoint $NS_B $ep role=client mode=echo addr=$ADDR_A port=$port count=20 depth=4 \
-		enable=1
+		"$@" enable=1
 	wait_done $ep 180 || ktap_print_msg "$ep: not done or error after 180 s"
 	STATE=$(<$CFS/$ep/state)
 	LERR=$(<$CFS/$ep/last_error)
@@ -78,14 +79,19 @@ peer_run good 7300 good
 ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
 	test "$STATE" = done -a "$PEER_RC" = 0
 
+# Two of them with the client's CQ busy-polled (busy_poll_us): the same checks.
 port=7301
 for mode in dup unsolicited short corrupt; do
-	peer_run $mode $port $mode
+	case $mode in
+	dup | corrupt) knob=busy_poll_us=200 ;;
+	*) knob=busy_poll_us=0 ;;
+	esac
+	peer_run $mode $port $mode $knob
 	case $LERR in
 	*"verify error"* | *"protocol violation"*) reason=1 ;;
 	*) reason=0 ;;
 	esac
-	ktap_check "$mode echoes: the connection fails with a reason in last_error" \
+	ktap_check "$mode echoes ($knob): the connection fails with a reason in last_error" \
 		test "$STATE" = error -a $reason = 1
 	port=$((port + 1))
 done

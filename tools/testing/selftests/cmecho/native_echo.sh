@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: GPL-2.0
 # Native echo mode: sizes 1, 64, 4096 and 65536 bytes at depth 1 and 32, every
 # echo verified (sequence number and content); a duration-bounded run; the
-# stats formats (histogram, percentiles, throughput); the ack-timeout advisor
+# stats formats (histogram, percentiles, throughput); busy polling
+# (busy_poll_us) on both sides; the ack-timeout advisor
 # on a plain and a delayed path; and a client asking for a larger size or
 # depth than the server accepts, rejected with the reason.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 17
+ktap_set_plan 18
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -34,6 +35,35 @@ for size in 1 64 4096 65536; do
 		rmdir $CFS/$ep
 	done
 done
+
+# busy_poll_us on both sides: each connection's CQ is polled by cmecho's own
+# work item, which polls on for 500 us after each completion; the echoes are
+# the same, and verified. The core's rdma_core:cq_alloc events show the
+# client's and the server's CQs allocated for direct polling (the core polls
+# none of them). (Not `rdma res show cq`: iproute2 names the kernel's poll
+# contexts one off, a DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
+# tracing.sh.
+TR=/sys/kernel/tracing
+[ -e $TR/trace ] || mount -t tracefs nodev $TR
+echo 0 >$TR/options/record-cmd
+echo >$TR/trace
+echo 1 >$TR/events/rdma_core/cq_alloc/enable
+endpoint $NS_A bsrv role=server mode=echo depth=8 size=4096 addr=$ADDR_A port=7175 \
+	busy_poll_us=500 enable=1
+endpoint $NS_B bcli role=client mode=echo addr=$ADDR_A port=7175 size=4096 depth=8 \
+	duration_ms=3000 busy_poll_us=500 enable=1
+wait_done bcli 120
+echo 0 >$TR/events/rdma_core/cq_alloc/enable
+direct=0
+while IFS= read -r line; do
+	[[ $line == *" cq_alloc: "*" poll_ctx=DIRECT"* ]] && direct=$((direct + 1))
+done <<<"$(<$TR/trace)"
+ktap_print_msg "bcli: $(<$CFS/bcli/state), CQs allocated for direct polling: $direct; $(grep -E '^(pings|verify_errors|rtt_p50_us|rtt_p99_us) ' $CFS/bcli/stats | tr '\n' ' ')"
+ktap_check "busy_poll_us 500: both sides' CQs polled by cmecho, echoes at depth 8 verified" \
+	test $direct -ge 2 -a "$(<$CFS/bcli/state)" = done -a "$(ep_get bcli stats pings)" -gt 8 \
+	-a "$(ep_get bcli stats verify_errors)" = 0 -a "$(ep_get bcli stats errors)" = 0 \
+	-a "$(ep_get bsrv stats errors)" = 0
+rmdir $CFS/bcli $CFS/bsrv
 
 # Wall time from enable to done: at least the 1500 ms (the run starts once
 # connected), at most a minute more on a slow guest; and more messages than the

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # cmecho's echo service against the stock rping of rdma-core, both ways, and
-# against itself with four clients at once, across two namespaces over rxe.
+# against itself with four clients at once, across two namespaces over rxe;
+# the client against a stock server with its CQ busy-polled (busy_poll_us).
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
@@ -29,10 +30,12 @@ done
 ip netns exec $NS_A timeout 120 rping -s -a $ADDR_A -p 7175 -S 1024 >/tmp/rping_s.log 2>&1 &
 rs=$!
 wait_for 600 cm_listening 7175
-endpoint $NS_B cli role=client addr=$ADDR_A port=7175 count=100 size=1024 enable=1
+# The cmecho client's CQ busy-polled (busy_poll_us): the same protocol.
+endpoint $NS_B cli role=client addr=$ADDR_A port=7175 count=100 size=1024 busy_poll_us=200 \
+	enable=1
 wait_done cli 120
 ep_diag cli
-ktap_check "cmecho client against stock rping -s: 100 pings validated" \
+ktap_check "cmecho client, busy-polled, against stock rping -s: 100 pings validated" \
 	test "$(<$CFS/cli/state)" = done -a "$(ep_get cli stats pings)" = 100 -a "$(ep_get cli stats errors)" = 0
 wait $rs
 ktap_check "stock rping -s exits cleanly after the cmecho client" test $? -eq 0
