@@ -35,6 +35,10 @@ AGG_CONNS=64
 AGG_DEPTH=16
 AGG_MS=3000
 AGG_SIZES=(64 4096)
+# Busy polling (busy_poll_us) of both sides' CQs in a second depth-1 run: longer
+# than a round trip here, so that each side is still polling when the next
+# completion comes.
+BUSY_POLL_US=1000
 # Dead-peer detection: the ack timeouts and retry counts swept, and the loss cases.
 DETECT_T=(8 10 12 14 16 18 20)
 DETECT_RETRY=(0 1 2 3)
@@ -59,7 +63,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	ADVISE_DELAY_MS=(5)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + 2 * ${#AGG_SIZES[@]} + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
+total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + ${#SIZES[@]} + 2 * ${#AGG_SIZES[@]} + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -178,6 +182,14 @@ for s in "${SIZES[@]}"; do
 	i=$((i + 1))
 done
 port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
+# And one per size whose connections' CQs are busy-polled, for the depth-1 runs.
+i=0
+for s in "${SIZES[@]}"; do
+	endpoint $NS_A bsrv$s role=server mode=echo addr=$ADDR_A port=$((7320 + i)) \
+		depth=1 size=$s busy_poll_us=$BUSY_POLL_US enable=1 || exit 1
+	i=$((i + 1))
+done
+bport_of() { echo $(($(port_of $1) + 20)); }
 # The CM setup's 500 connections at once: above max_conns' default of 256.
 endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
 
@@ -206,6 +218,14 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		rm_ep lat
 		cpu_busy_us c1
 		record "rtt_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
+		progress "rtt $s B: cmecho, both sides busy-polled"
+		cpu_busy_us c0
+		echo_client latbp $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US &&
+			wait_done latbp 300
+		kv="state=$(<$CFS/latbp/state) $(stats_kv latbp)"
+		rm_ep latbp
+		cpu_busy_us c1
+		record "rtt_$s" cmecho_bp "$kv busy_poll_us=$BUSY_POLL_US cpu_busy_us=$((c1 - c0))"
 		progress "rtt $s B: ib_send_lat -R"
 		out=$(perftest ib_send_lat -s $s -n $n)
 		line=$(perftest_line $s <<<"$out")
