@@ -169,6 +169,11 @@ stock_pair() { # count
 
 TRACEFS=/sys/kernel/tracing
 [ -e $TRACEFS/tracing_on ] || mount -t tracefs nodev $TRACEFS 2>/dev/null
+# No comm recording: with it, the first event enabled and the last disabled
+# (un)register probes on sched_switch and sched_wakeup, which patches those hot
+# call sites live; under TCG such a patch has ended in a panic (see the
+# selftests' tracing.sh). The events read here do not need it.
+echo 0 >$TRACEFS/options/record-cmd
 load_cmecho || exit 1
 net_setup || { echo "bench: network setup failed"; exit 1; }
 echo "bench: kernel $(uname -r), $(nproc) CPUs, rxe between two namespaces over veth"
