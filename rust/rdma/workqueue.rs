@@ -92,8 +92,7 @@ impl WorkQueue {
         }
         POLL_WQ.store(poll_wq, Ordering::Release);
         // INVARIANT: The workqueues were created, `WQ` and `POLL_WQ` point to
-        // them, and they belong
-        // to this value.
+        // them, and they belong to this value.
         Ok(Self(()))
     }
 }
@@ -132,7 +131,7 @@ fn workqueue() -> Option<&'static Queue> {
 
 /// The module's workqueue for busy-polled CQs; `None` while there is none
 /// (before [`WorkQueue::new`], after its drop). A CQ that uses it is freed,
-/// its work cancelled, before the module drops its [`WorkQueue`].
+/// its work disabled, before the module drops its [`WorkQueue`].
 pub(super) fn poll_queue() -> Option<NonNull<bindings::workqueue_struct>> {
     NonNull::new(POLL_WQ.load(Ordering::Acquire))
 }

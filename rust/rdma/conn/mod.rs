@@ -44,7 +44,7 @@
 //! 2. A CQ's completion work, the core's or, busy-polled
 //!    ([`ConnParams::busy_poll_us`]), this layer's own: [`ConnHandler::completion`]
 //!    runs in it, and destroying QP resources waits for it (`ib_free_cq`,
-//!    `cancel_work_sync`).
+//!    `disable_work_sync`).
 //! 3. The ULP's own locks.
 //! 4. [`Conn`]'s `res` (`cmecho_conn_res`): held while a [`Conn::with_res`]
 //!    closure runs, and while the QP resources are created or taken out.

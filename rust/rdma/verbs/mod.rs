@@ -180,8 +180,8 @@ unsafe impl<C: Completion> Send for ResPtr<C> {}
 impl<C: Completion> ResPtr<C> {
     /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`],
     /// from a CQ polled by the core's workqueue, or, with `busy_poll`, by this
-    /// layer's own work item on it, which polls on for that long after a
-    /// completion before it sleeps.
+    /// layer's own work item on the module's polling workqueue, which polls on
+    /// for that long after a completion before it sleeps.
     ///
     /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
     pub(super) fn create(

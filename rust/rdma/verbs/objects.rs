@@ -17,10 +17,11 @@ use kernel::types::Opaque;
 /// handlers they reach take mutexes and may allocate.
 const POLL_CTX: ffi::ib_poll_context = ffi::IB_POLL_WORKQUEUE;
 
-/// Completions a busy-polled CQ's work item handles per poll, and per run
-/// before it queues itself again (as the core's `IB_POLL_WORKQUEUE` work
-/// does, so that other work on its CPU gets a turn).
+/// Completions a busy-polled CQ's work item handles per poll.
 const POLL_BATCH: c_int = 16;
+/// Completions a busy-polled CQ's work item handles per run before it queues
+/// itself again (as the core's `IB_POLL_WORKQUEUE` work does, so that other
+/// work on its CPU gets a turn).
 const POLL_BUDGET: u32 = 65536;
 
 /// A protection domain.
@@ -75,10 +76,9 @@ pub(super) struct Cq {
 
 /// What polls a busy-polled CQ: a work item on the module's polling
 /// workqueue (`workqueue::poll_queue`), queued by the CQ's completion
-/// handler. Each run
-/// polls until the CQ has been empty for `spin`, then arms the CQ and ends:
-/// while completions follow each other within `spin` (a depth-1 echo's
-/// next message), none waits for a work item to wake up.
+/// handler. Each run polls until the CQ has been empty for `spin`, then arms
+/// the CQ and ends: while completions follow each other within `spin` (a
+/// depth-1 echo's next message), none waits for a work item to wake up.
 ///
 /// # Invariants
 ///
@@ -200,7 +200,7 @@ unsafe extern "C" fn on_comp(_cq: *mut ffi::IbCq, ctx: *mut c_void) {
 /// `work` must be the work item of a live [`Poller`].
 unsafe extern "C" fn poll_work(work: *mut ffi::work_struct) {
     // SAFETY: The work item is the poller's first field (`repr(C)`), and the
-    // poller is live by the caller's guarantee: its `Cq` cancels the work,
+    // poller is live by the caller's guarantee: its `Cq` disables the work,
     // and waits for a run, before freeing it.
     let p = unsafe { &*work.cast_const().cast::<Poller>() };
     p.run();
