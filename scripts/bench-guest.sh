@@ -207,6 +207,24 @@ echo_client() { # name size depth count|- duration_ms|- [knob=value...]
 	endpoint $NS_B $n "${run[@]}" "$@" enable=1
 }
 
+# cmecho_run EP WAIT_S ARGS...: runs echo_client EP ARGS... until it is done (at
+# most WAIT_S) and removes it. Leaves its state and stats as key=value words in
+# KV, its last_error (spaces as _) in LERR, and in CPU the guest's CPU time
+# (cpu_busy_us) from before the client was made until it was removed: its
+# setup and teardown included, both sides' kernel work.
+cmecho_run() {
+	local ep=$1 wait=$2 c0 c1
+	shift 2
+	cpu_busy_us c0
+	echo_client $ep "$@" && wait_done $ep $wait
+	KV="state=$(<$CFS/$ep/state) $(stats_kv $ep)"
+	IFS= read -r LERR <$CFS/$ep/last_error
+	LERR=${LERR// /_}
+	rm_ep $ep
+	cpu_busy_us c1
+	CPU=$((c1 - c0))
+}
+
 for ((round = 1; round <= ROUNDS; round++)); do
 	# 1. Depth-1 RTT: cmecho native echo vs ib_send_lat -R (half a round trip).
 	# Each run's CPU time (cpu_busy_us) too, its setup and teardown included:
@@ -217,20 +235,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	for s in "${SIZES[@]}"; do
 		progress "rtt $s B: cmecho"
 		n=${LAT_ITERS[$s]}
-		cpu_busy_us c0
-		echo_client lat $s 1 $n - && wait_done lat 300
-		kv="state=$(<$CFS/lat/state) $(stats_kv lat)"
-		rm_ep lat
-		cpu_busy_us c1
-		record "rtt_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
+		cmecho_run lat 300 $s 1 $n -
+		record "rtt_$s" cmecho "$KV cpu_busy_us=$CPU"
 		progress "rtt $s B: cmecho, both sides busy-polled"
-		cpu_busy_us c0
-		echo_client latbp $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US &&
-			wait_done latbp 300
-		kv="state=$(<$CFS/latbp/state) $(stats_kv latbp)"
-		rm_ep latbp
-		cpu_busy_us c1
-		record "rtt_$s" cmecho_bp "$kv busy_poll_us=$BUSY_POLL_US cpu_busy_us=$((c1 - c0))"
+		cmecho_run latbp 300 $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US
+		record "rtt_$s" cmecho_bp "$KV busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
 		progress "rtt $s B: ib_send_lat -R"
 		out=$(perftest ib_send_lat -s $s -n $n)
 		line=$(perftest_line $s <<<"$out")
@@ -272,12 +281,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	# each run's CPU time as in 1.
 	for s in "${SIZES[@]}"; do
 		progress "pipelined $s B x $BW_DEPTH: cmecho"
-		cpu_busy_us c0
-		echo_client bw $s $BW_DEPTH - $BW_MS && wait_done bw 120
-		kv="state=$(<$CFS/bw/state) $(stats_kv bw)"
-		rm_ep bw
-		cpu_busy_us c1
-		record "bw_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
+		cmecho_run bw 120 $s $BW_DEPTH - $BW_MS
+		record "bw_$s" cmecho "$KV cpu_busy_us=$CPU"
 		progress "pipelined $s B x $BW_DEPTH: ib_send_bw -R -b"
 		out=$(perftest ib_send_bw -b -s $s -t $BW_DEPTH -D $((BW_MS / 1000)) --report_gbits)
 		line=$(perftest_line $s <<<"$out")
@@ -293,12 +298,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	# many QPs of that tx depth; each run's CPU time as in 1.
 	for s in "${AGG_SIZES[@]}"; do
 		progress "$AGG_CONNS connections, $s B x $AGG_DEPTH: cmecho"
-		cpu_busy_us c0
-		echo_client agg $s $AGG_DEPTH - $AGG_MS clients=$AGG_CONNS && wait_done agg 120
-		kv="conns=$AGG_CONNS depth=$AGG_DEPTH state=$(<$CFS/agg/state) $(stats_kv agg) last_error=$(tr ' ' _ <$CFS/agg/last_error)"
-		rm_ep agg
-		cpu_busy_us c1
-		record "agg_$s" cmecho "$kv cpu_busy_us=$((c1 - c0))"
+		cmecho_run agg 120 $s $AGG_DEPTH - $AGG_MS clients=$AGG_CONNS
+		record "agg_$s" cmecho "conns=$AGG_CONNS depth=$AGG_DEPTH $KV last_error=$LERR cpu_busy_us=$CPU"
 		progress "$AGG_CONNS connections, $s B x $AGG_DEPTH: ib_send_bw -R -b -q $AGG_CONNS"
 		# -r: with its default receive depth, 512 for each of 64 QPs, its
 		# receive CQ would take 32768 entries, one more than rxe's max_cqe
