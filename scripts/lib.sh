@@ -56,7 +56,8 @@ toolchain_env() {
 }
 
 # Which kernel: `debug` (the default; what `make check` and `make demo` boot) or
-# `bench` (the same fragment and trims without the debug detectors, for `make bench`).
+# `bench` (Debian's .config with the fragment, without the debug detectors, for
+# `make bench`; scripts/kernel-bench.config).
 CMECHO_FLAVOUR=${CMECHO_FLAVOUR:-debug}
 case "$CMECHO_FLAVOUR" in
 debug | bench) ;;
@@ -75,6 +76,11 @@ kernel_key() {
 		cat "$CMECHO_TOP/tools/testing/selftests/cmecho/config"
 		cat "$CMECHO_TOP/scripts/kernel-trims.config"
 		cat "$(flavour_config)"
+		# The bench kernel's base: Debian's .config, built with GCC.
+		if [ "$CMECHO_FLAVOUR" = bench ]; then
+			echo "$DISTRO_HEADERS_PKG $DISTRO_HEADERS_DEB_VERSION"
+			gcc --version | head -1
+		fi
 	} | sha256sum | cut -c1-12
 }
 # The make arguments every kernel and module build uses: the clang toolchain.
@@ -105,8 +111,9 @@ kdir_make_args() { # kernel tree
 
 # bench_modules: the bench kernel (built, or found in the cache) and cmecho's
 # modules built for it, in BENCH_KDIR and BENCH_BUILD (make bench, make
-# two-hosts). The bench kernel is the test kernel's fragment without the debug
-# detectors (scripts/kernel-bench.config). The modules are built in a copy of the
+# two-hosts). The bench kernel is Debian's own .config, built with GCC, with the
+# test kernel's fragment but without its debug detectors
+# (scripts/kernel-bench.config). The modules are built in a copy of the
 # sources in the cache, so the tree's own build (for the debug kernel, make check)
 # is left alone. Run from the top of a git checkout.
 bench_modules() {
@@ -129,6 +136,8 @@ bench_modules() {
 		tar --null -T - -cf - | tar -C "$BENCH_BUILD" -xf -
 	toolchain_env
 	say "building cmecho's modules for the bench kernel in $BENCH_BUILD"
-	make -C "$BENCH_KDIR" "${KMAKE_ARGS[@]}" M="$BENCH_BUILD" modules >"$BENCH_BUILD/build.log" 2>&1 ||
+	local margs
+	mapfile -t margs < <(kdir_make_args "$BENCH_KDIR")
+	make -C "$BENCH_KDIR" "${margs[@]}" M="$BENCH_BUILD" modules >"$BENCH_BUILD/build.log" 2>&1 ||
 		{ tail -30 "$BENCH_BUILD/build.log" >&2; die "module build for the bench kernel failed; log: $BENCH_BUILD/build.log"; }
 }
