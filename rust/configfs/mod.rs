@@ -19,7 +19,7 @@ pub(crate) use format::conn_line;
 
 use crate::echo::limits::{self, Limit, Refusal};
 use crate::echo::{Addr, Endpoint, Mode, Role};
-use crate::rdma::params::{AckTimeout, MinRnrTimer, RetryCount};
+use crate::rdma::params::{AckTimeout, MinRnrTimer, PollContext, RetryCount};
 use kernel::configfs;
 use kernel::configfs_attrs;
 use kernel::fmt::Write as _;
@@ -109,6 +109,7 @@ impl configfs::GroupOperations for Root {
                 accept_timeout_ms: 32,
                 echo_timeout_ms: 33,
                 busy_poll_us: 34,
+                poll_context: 35,
             ],
         };
         Ok(configfs::Group::new(
@@ -476,6 +477,17 @@ endpoint_attr!(34,
     show: |ep: &Endpoint, w: &mut Formatter<'_>| writeln!(w, "{}", ep.config(|c| c.busy_poll_us)),
     store: |ep: &Endpoint, page: &[u8]| ep.configure("busy_poll_us", |c| {
         c.busy_poll_us = number(page, &limits::BUSY_POLL_US)?;
+        Ok(())
+    }),
+);
+
+endpoint_attr!(35,
+    show: |ep: &Endpoint, w: &mut Formatter<'_>| {
+        writeln!(w, "{}", ep.config(|c| c.poll_context).name())
+    },
+    store: |ep: &Endpoint, page: &[u8]| ep.configure("poll_context", |c| {
+        c.poll_context = PollContext::by_name(text(page)?)
+            .ok_or("must be workqueue or unbound_workqueue")?;
         Ok(())
     }),
 );

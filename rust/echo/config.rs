@@ -4,13 +4,19 @@
 //! checks are in [`super::limits`].
 
 use super::rping;
-use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, RetryCount};
+use crate::rdma::params::{AckTimeout, Ece, MinRnrTimer, PollContext, RetryCount};
 use crate::rdma::params::{CONNECT_TIMEOUT_MS, RESOLVE_RETRIES, RESOLVE_TIMEOUT_MS};
 use crate::rdma::ConnParams;
 use kernel::prelude::*;
 
 /// The longest address an endpoint accepts (an IPv6 address with a scope).
 pub(crate) const MAX_ADDR_LEN: usize = 64;
+/// Where an endpoint's completion work runs, by default: on any CPU. On the
+/// bench's Debian-configured kernel (HZ 250, lazy preemption) a per-CPU work
+/// item waits for the provider's task that made the completion to leave its
+/// CPU; an unbound one wakes on the idle CPU (`make bench`, sections 1 and
+/// 1c; Documentation/cmecho-performance.rst).
+pub(crate) const DEFAULT_POLL_CONTEXT: PollContext = PollContext::UnboundWorkqueue;
 /// The most connections a server keeps at once, by default. Each holds a QP,
 /// a CQ, a PD, an MR and its buffers beyond what `mem_budget_kib` counts; 256
 /// is 64 clients of a full `clients` four times over.
@@ -144,6 +150,8 @@ pub(crate) struct Config {
     /// How long each connection's completion work busy-polls its CQ after a
     /// completion, in µs (0: not at all).
     pub(crate) busy_poll_us: u32,
+    /// Which CPU runs each connection's completion work.
+    pub(crate) poll_context: PollContext,
 }
 
 impl Default for Config {
@@ -176,6 +184,7 @@ impl Default for Config {
             accept_timeout_ms: ACCEPT_TIMEOUT_MS,
             echo_timeout_ms: ECHO_TIMEOUT_MS,
             busy_poll_us: 0,
+            poll_context: DEFAULT_POLL_CONTEXT,
         }
     }
 }
@@ -207,6 +216,7 @@ impl Config {
             resolve_retries: self.resolve_retries,
             connect_timeout_ms: self.connect_timeout_ms,
             busy_poll_us: self.busy_poll_us,
+            poll_context: self.poll_context,
         }
     }
 

@@ -238,11 +238,47 @@ pub(crate) struct ConnParams {
     pub(crate) connect_timeout_ms: u32,
     /// Busy polling, in µs: how long the connection's completion work goes on
     /// polling its CQ after the last completion before it sleeps until the
-    /// next; 0 leaves the CQ to the core's workqueue (`IB_POLL_WORKQUEUE`),
-    /// which sleeps at once. The handlers run in the same context either way;
-    /// polling costs CPU time, and saves the wake-up of a work item for a
-    /// completion that comes within it.
+    /// next; 0 leaves the CQ to the core's workqueue (`IB_POLL_WORKQUEUE` or
+    /// `IB_POLL_UNBOUND_WORKQUEUE`, as `poll_context` says), which sleeps at
+    /// once. The handlers run in the same context either way; polling costs
+    /// CPU time, and saves the wake-up of a work item for a completion that
+    /// comes within it.
     pub(crate) busy_poll_us: u32,
+    /// Which CPU runs the connection's completion work, busy-polled or not.
+    pub(crate) poll_context: PollContext,
+}
+
+/// Where a connection's completion work runs: a work item in process context
+/// either way (the handlers may sleep), woken on the CPU its CQ's event came
+/// on, or on any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum PollContext {
+    /// Per CPU, on the CPU of the CQ's event (`IB_POLL_WORKQUEUE`, the core's
+    /// `ib-comp-wq`): the work item waits for that CPU to be free, where the
+    /// provider's own task that made the completion may still run.
+    #[default]
+    Workqueue,
+    /// Unbound (`IB_POLL_UNBOUND_WORKQUEUE`, `ib-comp-unb-wq`): the scheduler
+    /// wakes the work item on any CPU it allows, an idle one first.
+    UnboundWorkqueue,
+}
+
+impl PollContext {
+    /// The value's name, as the `enum ib_poll_context` value it stands for
+    /// names it, lower case without its `IB_POLL_` prefix.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Workqueue => "workqueue",
+            Self::UnboundWorkqueue => "unbound_workqueue",
+        }
+    }
+
+    /// The value [`PollContext::name`] gives `name`.
+    pub(crate) fn by_name(name: &str) -> Option<Self> {
+        [Self::Workqueue, Self::UnboundWorkqueue]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
 }
 
 impl Default for ConnParams {
@@ -265,6 +301,7 @@ impl Default for ConnParams {
             resolve_retries: RESOLVE_RETRIES,
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
             busy_poll_us: 0,
+            poll_context: PollContext::Workqueue,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! ULP may [`spawn`] its own work.
 
 use super::ffi;
+use super::params::PollContext;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::bindings;
@@ -21,9 +22,13 @@ use kernel::workqueue::{
 /// Each module that builds this layer (cmecho and the samples) has its own.
 static WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
-/// The module's workqueue for busy-polled CQs (`verbs::objects::Poller`):
-/// null exactly when [`WQ`] is, made and destroyed with it.
+/// The module's workqueue for busy-polled CQs (`verbs::objects::Poller`) of
+/// [`PollContext::Workqueue`]: made with [`WQ`], set just after it and
+/// cleared just after it.
 static POLL_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
+
+/// The same for [`PollContext::UnboundWorkqueue`].
+static POLL_UNB_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
 /// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
 ///
@@ -31,8 +36,8 @@ static POLL_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null
 ///
 /// # Invariants
 ///
-/// While a value exists, the module's workqueues exist and [`WQ`] and
-/// [`POLL_WQ`] point to them; there is at most one.
+/// While a value exists, the module's workqueues exist and [`WQ`],
+/// [`POLL_WQ`] and [`POLL_UNB_WQ`] point to them; there is at most one.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
@@ -73,9 +78,25 @@ impl WorkQueue {
                 0,
             )
         };
-        if poll_wq.is_null() {
-            // SAFETY: `wq` was allocated above and nothing else knows it.
-            unsafe { bindings::destroy_workqueue(wq) };
+        // Unbound: a busy-polled CQ's work runs on any CPU the scheduler
+        // picks, an idle one first, as `ib-comp-unb-wq`'s.
+        // SAFETY: As above.
+        let poll_unb_wq = unsafe {
+            ffi::cmecho_wq_alloc(
+                c"cmecho_poll_unb".as_char_ptr(),
+                bindings::wq_flags_WQ_UNBOUND,
+                0,
+            )
+        };
+        if poll_wq.is_null() || poll_unb_wq.is_null() {
+            // SAFETY: Those allocated above are known to nothing else.
+            unsafe {
+                for q in [poll_unb_wq, poll_wq, wq] {
+                    if !q.is_null() {
+                        bindings::destroy_workqueue(q);
+                    }
+                }
+            }
             return Err(ENOMEM);
         }
         if WQ
@@ -83,16 +104,18 @@ impl WorkQueue {
             .is_err()
         {
             // Another `new` got there first: these were never used.
-            // SAFETY: Both were allocated above and nothing else knows them.
+            // SAFETY: All were allocated above and nothing else knows them.
             unsafe {
+                bindings::destroy_workqueue(poll_unb_wq);
                 bindings::destroy_workqueue(poll_wq);
                 bindings::destroy_workqueue(wq);
             }
             return Err(EBUSY);
         }
         POLL_WQ.store(poll_wq, Ordering::Release);
-        // INVARIANT: The workqueues were created, `WQ` and `POLL_WQ` point to
-        // them, and they belong to this value.
+        POLL_UNB_WQ.store(poll_unb_wq, Ordering::Release);
+        // INVARIANT: The workqueues were created, `WQ`, `POLL_WQ` and
+        // `POLL_UNB_WQ` point to them, and they belong to this value.
         Ok(Self(()))
     }
 }
@@ -106,11 +129,13 @@ impl Drop for WorkQueue {
         // the workqueue in `WQ` if they queue more.
         unsafe { bindings::destroy_workqueue(wq) };
         WQ.store(ptr::null_mut(), Ordering::Release);
-        let poll_wq = POLL_WQ.swap(ptr::null_mut(), Ordering::AcqRel);
-        // SAFETY: By the type invariant `poll_wq` is the live workqueue this
-        // value owns. Every connection, and so every busy-polled CQ and its
-        // work, is gone, as is all the other work that could release one.
-        unsafe { bindings::destroy_workqueue(poll_wq) };
+        for q in [&POLL_WQ, &POLL_UNB_WQ] {
+            let poll_wq = q.swap(ptr::null_mut(), Ordering::AcqRel);
+            // SAFETY: By the type invariant `poll_wq` is a live workqueue this
+            // value owns. Every connection, and so every busy-polled CQ and its
+            // work, is gone, as is all the other work that could release one.
+            unsafe { bindings::destroy_workqueue(poll_wq) };
+        }
     }
 }
 
@@ -129,11 +154,18 @@ fn workqueue() -> Option<&'static Queue> {
     Some(unsafe { Queue::from_raw(wq) })
 }
 
-/// The module's workqueue for busy-polled CQs; `None` while there is none
-/// (before [`WorkQueue::new`], after its drop). A CQ that uses it is freed,
-/// its work disabled, before the module drops its [`WorkQueue`].
-pub(super) fn poll_queue() -> Option<NonNull<bindings::workqueue_struct>> {
-    NonNull::new(POLL_WQ.load(Ordering::Acquire))
+/// The module's workqueue for busy-polled CQs of poll context `poll`; `None`
+/// while there is none (before [`WorkQueue::new`], after its drop). A CQ that
+/// uses it is freed, its work disabled, before the module drops its
+/// [`WorkQueue`].
+pub(super) fn poll_queue(poll: PollContext) -> Option<NonNull<bindings::workqueue_struct>> {
+    NonNull::new(
+        match poll {
+            PollContext::Workqueue => &POLL_WQ,
+            PollContext::UnboundWorkqueue => &POLL_UNB_WQ,
+        }
+        .load(Ordering::Acquire),
+    )
 }
 
 /// A closure that [`spawn`] runs once on the module's workqueue.

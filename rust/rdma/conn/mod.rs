@@ -489,7 +489,13 @@ impl<H: ConnHandler> Conn<H> {
         let id = g.id.as_ref().ok_or(ENOTCONN)?;
         let busy_poll = (self.params.busy_poll_us > 0)
             .then(|| Delta::from_micros(i64::from(self.params.busy_poll_us)));
-        *rg = Some(verbs::ResPtr::create(id, self.clone(), qp, busy_poll)?);
+        *rg = Some(verbs::ResPtr::create(
+            id,
+            self.clone(),
+            qp,
+            self.params.poll_context,
+            busy_poll,
+        )?);
         Ok(())
     }
 

@@ -35,6 +35,7 @@ mod post;
 use super::cq::{Completion, Cqe};
 use super::ffi;
 use super::id::IdPtr;
+use super::params::PollContext;
 use buf::DmaBuf;
 use core::cell::OnceCell;
 use core::marker::PhantomData;
@@ -181,18 +182,20 @@ impl<C: Completion> ResPtr<C> {
     /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`],
     /// from a CQ polled by the core's workqueue, or, with `busy_poll`, by this
     /// layer's own work item on the module's polling workqueue, which polls on
-    /// for that long after a completion before it sleeps.
+    /// for that long after a completion before it sleeps; per CPU or
+    /// unbound, as `poll` says.
     ///
     /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
     pub(super) fn create(
         id: &IdPtr,
         ctx: Arc<C>,
         cfg: &QpConfig,
+        poll: PollContext,
         busy_poll: Option<Delta>,
     ) -> Result<Self> {
         let ctx = Arc::into_raw(ctx);
         // SAFETY: `ctx` is a reference on an `Arc<C>`, given to `build`.
-        let r = unsafe { Self::build(id, ctx, cfg, busy_poll) };
+        let r = unsafe { Self::build(id, ctx, cfg, poll, busy_poll) };
         if r.is_err() {
             // SAFETY: `ctx` came from `Arc::into_raw` above, and `build` kept no
             // copy of it when it failed.
@@ -209,6 +212,7 @@ impl<C: Completion> ResPtr<C> {
         id: &IdPtr,
         ctx: *const C,
         cfg: &QpConfig,
+        poll: PollContext,
         busy_poll: Option<Delta>,
     ) -> Result<Self> {
         let idp = id.as_ptr();
@@ -248,7 +252,7 @@ impl<C: Completion> ResPtr<C> {
         // before it returns.
         let pd = unsafe { Pd::alloc(dev)? };
         // SAFETY: As above.
-        let cq = unsafe { Cq::alloc(dev, nr_cqe, busy_poll)? };
+        let cq = unsafe { Cq::alloc(dev, nr_cqe, poll, busy_poll)? };
         // No event handler, SRQ or XRC domain; one SGE per work request.
         let mut init = ffi::ib_qp_init_attr {
             qp_type: ffi::IB_QPT_RC,

@@ -4,6 +4,7 @@
 //! the CQ and the fast-registration MRs.
 
 use crate::rdma::ffi;
+use crate::rdma::params::PollContext;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use kernel::bindings;
@@ -12,10 +13,6 @@ use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 use kernel::time::{Delta, Instant, Monotonic};
 use kernel::types::Opaque;
-
-/// Where a CQ's completions run: in a workqueue's process context, since the
-/// handlers they reach take mutexes and may allocate.
-const POLL_CTX: ffi::ib_poll_context = ffi::IB_POLL_WORKQUEUE;
 
 /// Completions a busy-polled CQ's work item handles per poll.
 const POLL_BATCH: c_int = 16;
@@ -59,8 +56,9 @@ impl Drop for Pd {
 }
 
 /// A completion queue polled on a workqueue, each completion going to the
-/// [`Cqe`] of its work request: by the core (`IB_POLL_WORKQUEUE`), or, busy
-/// polled, by this layer's own work item ([`Poller`]).
+/// [`Cqe`] of its work request: by the core (`IB_POLL_WORKQUEUE` or
+/// `IB_POLL_UNBOUND_WORKQUEUE`), or, busy polled, by this layer's own work
+/// item ([`Poller`]).
 ///
 /// # Invariants
 ///
@@ -74,16 +72,16 @@ pub(super) struct Cq {
     poller: Option<Pin<KBox<Poller>>>,
 }
 
-/// What polls a busy-polled CQ: a work item on the module's polling
-/// workqueue (`workqueue::poll_queue`), queued by the CQ's completion
-/// handler. Each run polls until the CQ has been empty for `spin`, then arms
+/// What polls a busy-polled CQ: a work item on one of the module's two
+/// polling workqueues, per CPU or unbound as the poll context picks
+/// (`workqueue::poll_queue`), queued by the CQ's completion handler. Each run polls until the CQ has been empty for `spin`, then arms
 /// the CQ and ends: while completions follow each other within `spin` (a
 /// depth-1 echo's next message), none waits for a work item to wake up.
 ///
 /// # Invariants
 ///
 /// `work` (the first field: `repr(C)`) is initialised with [`poll_work`];
-/// `wq` is the module's polling workqueue, which outlives every CQ.
+/// `wq` is one of the module's polling workqueues, which outlive every CQ.
 /// `cq` is the CQ this poller polls, set before the CQ is first armed; it is
 /// live while `stopping` is false, and for the whole of a run of `work` that
 /// saw it false (the `Cq`'s drop sets it, then disables the work item,
@@ -100,8 +98,11 @@ struct Poller {
 }
 
 impl Cq {
-    /// A CQ of `nr_cqe` entries; with `busy_poll`, one this layer polls on
-    /// for that long after its last completion before it sleeps again.
+    /// A CQ of `nr_cqe` entries, whose completions run on a work item, in
+    /// process context (the handlers they reach take mutexes and may
+    /// allocate), per CPU or unbound as `poll` says; with `busy_poll`, one
+    /// this layer polls on for that long after its last completion before it
+    /// sleeps again.
     ///
     /// # Safety
     ///
@@ -109,21 +110,26 @@ impl Cq {
     pub(super) unsafe fn alloc(
         dev: NonNull<ffi::IbDevice>,
         nr_cqe: u32,
+        poll: PollContext,
         busy_poll: Option<Delta>,
     ) -> Result<Self> {
         if i32::try_from(nr_cqe).is_err() {
             return Err(EINVAL);
         }
         let Some(spin) = busy_poll else {
+            let ctx = match poll {
+                PollContext::Workqueue => ffi::IB_POLL_WORKQUEUE,
+                PollContext::UnboundWorkqueue => ffi::IB_POLL_UNBOUND_WORKQUEUE,
+            };
             // SAFETY: `dev` is live by the caller's guarantee.
-            let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe, POLL_CTX) })?;
+            let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe, ctx) })?;
             // INVARIANT: A CQ was allocated, polled by the core.
             return Ok(Self {
                 cq: NonNull::new(p).ok_or(ENOMEM)?,
                 poller: None,
             });
         };
-        let wq = crate::rdma::workqueue::poll_queue().ok_or(ENODEV)?;
+        let wq = crate::rdma::workqueue::poll_queue(poll).ok_or(ENODEV)?;
         let poller = KBox::pin_init(
             try_pin_init!(Poller {
                 // SAFETY: `w` is the work item's place, pinned in the box.

@@ -34,14 +34,16 @@ declare -A BAD=(
 	[accept_timeout_ms]="|abc|0|99|600001|-1|$HUGE"
 	[echo_timeout_ms]="|abc|0|99|600001|-1|unset|$HUGE"
 	[busy_poll_us]="|abc|10001|-1|unset|1.5|$HUGE"
+	[poll_context]="|WORKQUEUE|softirq|direct|workqueuex|unbound|unset|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
 responder_resources max_conns mode depth duration_ms mem_budget_kib resolve_timeout_ms
-resolve_retries connect_timeout_ms accept_timeout_ms echo_timeout_ms busy_poll_us"
+resolve_retries connect_timeout_ms accept_timeout_ms echo_timeout_ms busy_poll_us
+poll_context"
 
 ktap_print_header
-ktap_set_plan 48
+ktap_set_plan 49
 dmesg_mark
 load_cmecho
 mkdir $CFS/ep
@@ -53,7 +55,7 @@ enable=0 min_rnr_timer=unset retry_count=unset rnr_retry_count=unset tos=unset
 ece_vendor_id=unset ece_attr_mod=unset ece_policy=relaxed initiator_depth=unset
 responder_resources=unset max_conns=256 mode=rping depth=1 duration_ms=unset
 mem_budget_kib=65536 resolve_timeout_ms=2000 resolve_retries=3 connect_timeout_ms=30000
-accept_timeout_ms=30000 echo_timeout_ms=30000 busy_poll_us=0"
+accept_timeout_ms=30000 echo_timeout_ms=30000 busy_poll_us=0 poll_context=unbound_workqueue"
 ok=1
 for kv in $DEFAULTS; do
 	got=$(<$CFS/ep/${kv%%=*})
@@ -89,11 +91,12 @@ busy_writes() {
 		rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth \
 		responder_resources max_conns mode depth duration_ms mem_budget_kib \
 		resolve_timeout_ms resolve_retries connect_timeout_ms accept_timeout_ms echo_timeout_ms \
-		busy_poll_us enable; do
+		busy_poll_us poll_context enable; do
 		fread $CFS/$ep/$a before
 		case $a in
 		role) v=server; [ "$before" = "server"$'\n' ] && v=client ;;
 		addr) v=$ADDR_B ;; ack_timeout) v=14 ;; ece_policy) v=strict ;; mode) v=echo ;;
+		poll_context) v=workqueue; [ "$before" = "workqueue"$'\n' ] && v=unbound_workqueue ;;
 		mem_budget_kib) v=128 ;; resolve_timeout_ms) v=500 ;; connect_timeout_ms | accept_timeout_ms | echo_timeout_ms) v=5000 ;;
 		enable) v=1 ;; *) v=2 ;;
 		esac
@@ -144,7 +147,8 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	mem_budget_kib=16777216 resolve_timeout_ms=100 resolve_timeout_ms=60000 \
 	resolve_retries=0 resolve_retries=10 connect_timeout_ms=100 connect_timeout_ms=600000 \
 	accept_timeout_ms=100 accept_timeout_ms=600000 echo_timeout_ms=100 echo_timeout_ms=600000 \
-	busy_poll_us=10000 busy_poll_us=0 busy_poll_us=200; do
+	busy_poll_us=10000 busy_poll_us=0 busy_poll_us=200 poll_context=workqueue \
+	poll_context=unbound_workqueue poll_context=workqueue; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null

@@ -79,12 +79,13 @@ peer_run good 7300 good
 ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
 	test "$STATE" = done -a "$PEER_RC" = 0
 
-# Two of them with the client's CQ busy-polled (busy_poll_us): the same checks.
+# Two of them with the client's CQ busy-polled (busy_poll_us), two on the
+# core's per-CPU workqueue (poll_context): the same checks.
 port=7301
 for mode in dup unsolicited short corrupt; do
 	case $mode in
 	dup | corrupt) knob=busy_poll_us=200 ;;
-	*) knob=busy_poll_us=0 ;;
+	*) knob=poll_context=workqueue ;;
 	esac
 	peer_run $mode $port $mode $knob
 	case $LERR in

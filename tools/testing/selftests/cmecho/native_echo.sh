@@ -2,17 +2,38 @@
 # SPDX-License-Identifier: GPL-2.0
 # Native echo mode: sizes 1, 64, 4096 and 65536 bytes at depth 1 and 32, every
 # echo verified (sequence number and content); a duration-bounded run; the
-# stats formats (histogram, percentiles, throughput); busy polling
-# (busy_poll_us) on both sides; the ack-timeout advisor
+# stats formats (histogram, percentiles, throughput); each poll context
+# (poll_context, busy_poll_us) on both sides; the ack-timeout advisor
 # on a plain and a delayed path; and a client asking for a larger size or
 # depth than the server accepts, rejected with the reason.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 18
+ktap_set_plan 20
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
+
+# The core's rdma_core:cq_alloc events say how each CQ is polled: the
+# default, unbound_workqueue, for the runs below; then each other poll
+# context. (Not `rdma res show cq`: iproute2 names the kernel's poll contexts
+# one off, a DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
+# tracing.sh.
+TR=/sys/kernel/tracing
+[ -e $TR/trace ] || mount -t tracefs nodev $TR
+echo 0 >$TR/options/record-cmd
+echo >$TR/trace
+echo 1 >$TR/events/rdma_core/cq_alloc/enable
+# polled CTX: how many CQs were allocated with poll context CTX since the
+# trace was last cleared; clears it.
+polled() {
+	local line n=0
+	while IFS= read -r line; do
+		[[ $line == *" cq_alloc: "*" poll_ctx=$1" ]] && n=$((n + 1))
+	done <<<"$(<$TR/trace)"
+	echo >$TR/trace
+	echo $n
+}
 
 endpoint $NS_A srv role=server mode=echo depth=32 size=65536 addr=$ADDR_A enable=1
 # What the clients send, for the server's stats: each message once, as it is.
@@ -35,35 +56,45 @@ for size in 1 64 4096 65536; do
 		rmdir $CFS/$ep
 	done
 done
+n=$(polled UNBOUND_WORKQUEUE)
+ktap_print_msg "CQs allocated for the unbound workqueue: $n"
+ktap_check "poll_context unbound_workqueue (the default): the 8 clients' and their server connections' CQs polled on the core's unbound workqueue" \
+	test $n -ge 16
+
+# pc_run NAME SERVER_KNOBS CLIENT_KNOBS: a 3 s depth-8 echo of 4 KiB
+# messages; true when every echo was verified and neither side counted an
+# error.
+pc_run() {
+	endpoint $NS_A ${1}s role=server mode=echo depth=8 size=4096 addr=$ADDR_A port=7175 $2 enable=1
+	endpoint $NS_B ${1}c role=client mode=echo addr=$ADDR_A port=7175 size=4096 depth=8 \
+		duration_ms=3000 $3 enable=1
+	wait_done ${1}c 120
+	ktap_print_msg "${1}c: $(<$CFS/${1}c/state); $(grep -E '^(pings|verify_errors|rtt_p50_us|rtt_p99_us) ' $CFS/${1}c/stats | tr '\n' ' ')"
+	local r=1
+	[ "$(<$CFS/${1}c/state)" = done ] && [ "$(ep_get ${1}c stats pings)" -gt 8 ] &&
+		[ "$(ep_get ${1}c stats verify_errors)" = 0 ] && [ "$(ep_get ${1}c stats errors)" = 0 ] &&
+		[ "$(ep_get ${1}s stats errors)" = 0 ] && r=0
+	rmdir $CFS/${1}c $CFS/${1}s
+	return $r
+}
+
+pc_run w poll_context=workqueue poll_context=workqueue
+ok=$?
+n=$(polled WORKQUEUE)
+ktap_print_msg "CQs allocated for the per-CPU workqueue: $n"
+ktap_check "poll_context workqueue: both sides' CQs polled on the core's per-CPU workqueue, echoes at depth 8 verified" \
+	test $ok = 0 -a $n -ge 2
 
 # busy_poll_us on both sides: each connection's CQ is polled by cmecho's own
 # work item, which polls on for 500 us after each completion; the echoes are
-# the same, and verified. The core's rdma_core:cq_alloc events show the
-# client's and the server's CQs allocated for direct polling (the core polls
-# none of them). (Not `rdma res show cq`: iproute2 names the kernel's poll
-# contexts one off, a DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
-# tracing.sh.
-TR=/sys/kernel/tracing
-[ -e $TR/trace ] || mount -t tracefs nodev $TR
-echo 0 >$TR/options/record-cmd
-echo >$TR/trace
-echo 1 >$TR/events/rdma_core/cq_alloc/enable
-endpoint $NS_A bsrv role=server mode=echo depth=8 size=4096 addr=$ADDR_A port=7175 \
-	busy_poll_us=500 enable=1
-endpoint $NS_B bcli role=client mode=echo addr=$ADDR_A port=7175 size=4096 depth=8 \
-	duration_ms=3000 busy_poll_us=500 enable=1
-wait_done bcli 120
-echo 0 >$TR/events/rdma_core/cq_alloc/enable
-direct=0
-while IFS= read -r line; do
-	[[ $line == *" cq_alloc: "*" poll_ctx=DIRECT"* ]] && direct=$((direct + 1))
-done <<<"$(<$TR/trace)"
-ktap_print_msg "bcli: $(<$CFS/bcli/state), CQs allocated for direct polling: $direct; $(grep -E '^(pings|verify_errors|rtt_p50_us|rtt_p99_us) ' $CFS/bcli/stats | tr '\n' ' ')"
+# the same, and verified. The client's poller is unbound (the default), the
+# server's per CPU; both CQs are allocated for direct polling (the core polls
+# none of them).
+pc_run b "busy_poll_us=500 poll_context=workqueue" busy_poll_us=500
+ok=$?
 ktap_check "busy_poll_us 500: both sides' CQs polled by cmecho, echoes at depth 8 verified" \
-	test $direct -ge 2 -a "$(<$CFS/bcli/state)" = done -a "$(ep_get bcli stats pings)" -gt 8 \
-	-a "$(ep_get bcli stats verify_errors)" = 0 -a "$(ep_get bcli stats errors)" = 0 \
-	-a "$(ep_get bsrv stats errors)" = 0
-rmdir $CFS/bcli $CFS/bsrv
+	test $ok = 0 -a "$(polled DIRECT)" -ge 2
+echo 0 >$TR/events/rdma_core/cq_alloc/enable
 
 # Wall time from enable to done: at least the 1500 ms (the run starts once
 # connected), at most a minute more on a slow guest; and more messages than the
