@@ -195,6 +195,15 @@ for s in "${SIZES[@]}"; do
 	i=$((i + 1))
 done
 bport_of() { echo $(($(port_of $1) + 20)); }
+# And one per size on the per-CPU workqueue (poll_context=workqueue; the
+# others run on the default, unbound_workqueue), for the depth-1 runs.
+i=0
+for s in "${SIZES[@]}"; do
+	endpoint $NS_A wsrv$s role=server mode=echo addr=$ADDR_A port=$((7340 + i)) \
+		depth=1 size=$s poll_context=workqueue enable=1 || exit 1
+	i=$((i + 1))
+done
+wport_of() { echo $(($(port_of $1) + 40)); }
 # The CM setup's 500 connections at once: above max_conns' default of 256.
 endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
 
@@ -236,7 +245,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		progress "rtt $s B: cmecho"
 		n=${LAT_ITERS[$s]}
 		cmecho_run lat 300 $s 1 $n -
-		record "rtt_$s" cmecho "$KV cpu_busy_us=$CPU"
+		record "rtt_$s" cmecho "$KV poll_context=$(<$CFS/esrv$s/poll_context) cpu_busy_us=$CPU"
+		progress "rtt $s B: cmecho, both sides on the per-CPU workqueue"
+		cmecho_run latwq 300 $s 1 $n - port=$(wport_of $s) poll_context=workqueue
+		record "rtt_$s" cmecho_wq "$KV poll_context=workqueue cpu_busy_us=$CPU"
 		progress "rtt $s B: cmecho, both sides busy-polled"
 		cmecho_run latbp 300 $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US
 		record "rtt_$s" cmecho_bp "$KV busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
@@ -249,11 +261,15 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 	# 1b. Where a depth-1 echo's time goes: the kernel's rdma_core:cq_process
 	# event gives, for each poll of a CQ, how long its poll context took to
-	# wake up after the CQ event (cmecho's CQs poll on IB_POLL_WORKQUEUE); the
-	# time is stamped by cq_schedule (and cq_reschedule), enabled with it. Both
-	# sides' CQs are in the trace; polls and wake-ups are counted per echo.
-	progress "profile: CQ poll wake-ups in a 64 B depth-1 echo"
-	if [ -d $TRACEFS/events/rdma_core/cq_process ]; then
+	# wake up after the CQ event (the core's unbound workqueue, the default,
+	# then its per-CPU one); the time is stamped by cq_schedule (and
+	# cq_reschedule), enabled with it. Both sides' CQs are in the trace; polls
+	# and wake-ups are counted per echo.
+	for tool in cmecho cmecho_wq; do
+		knobs=()
+		[ $tool = cmecho_wq ] && knobs=(port=$(wport_of 64) poll_context=workqueue)
+		progress "profile: CQ poll wake-ups in a 64 B depth-1 echo ($tool)"
+		[ -d $TRACEFS/events/rdma_core/cq_process ] || break
 		echo 0 >$TRACEFS/tracing_on
 		echo 16384 >$TRACEFS/buffer_size_kb
 		echo >$TRACEFS/trace
@@ -261,7 +277,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			echo 1 >$TRACEFS/events/rdma_core/$e/enable
 		done
 		echo 1 >$TRACEFS/tracing_on
-		echo_client prof 64 1 ${LAT_ITERS[64]} - && wait_done prof 300
+		echo_client prof 64 1 ${LAT_ITERS[64]} - "${knobs[@]}" && wait_done prof 300
 		echo 0 >$TRACEFS/tracing_on
 		for e in cq_schedule cq_reschedule cq_process; do
 			echo 0 >$TRACEFS/events/rdma_core/$e/enable
@@ -273,9 +289,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 				END { if (n) printf "polls=%d reschedules=%d wake_sum_us=%d wake_p50_us=%d wake_p99_us=%d",
 					n, re, sum, v[int((n + 1) / 2)], v[int((n * 99 + 99) / 100)] }')
 		lost=$(cat $TRACEFS/per_cpu/cpu*/stats | awk '/^overrun:/ { s += $2 } END { print s + 0 }')
-		record profile cmecho "state=$(<$CFS/prof/state) trace_lost=$lost $wake $(stats_kv prof)"
+		record profile $tool "state=$(<$CFS/prof/state) poll_context=$(<$CFS/prof/poll_context) trace_lost=$lost $wake $(stats_kv prof)"
 		rm_ep prof
-	fi
+	done
 
 	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64),
 	# each run's CPU time as in 1.
