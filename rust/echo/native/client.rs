@@ -31,10 +31,14 @@ struct ClientState {
     inflight: u32,
     /// Send slots whose SEND has not completed yet.
     busy: [u64; (MAX_DEPTH / 64) as usize],
-    sent_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
+    /// When each send slot's SEND was posted, one per slot (`depth`). On the
+    /// heap: two arrays of `MAX_DEPTH` would make this state 8 KiB, built on
+    /// the stack of the configfs write that enables the endpoint (a frame of
+    /// 12 KiB in [`start`], of a 16 KiB kernel stack).
+    sent_at: KVec<Option<Instant<Monotonic>>>,
     /// When each send slot's SEND completed: the peer's device has the
-    /// message, and its echo is due.
-    acked_at: [Option<Instant<Monotonic>>; MAX_DEPTH as usize],
+    /// message, and its echo is due. One per slot, as `sent_at`.
+    acked_at: KVec<Option<Instant<Monotonic>>>,
     started: Option<Instant<Monotonic>>,
     /// What the QP got, read once established: what a failed completion
     /// reports, without asking the provider from its handler.
@@ -63,6 +67,8 @@ pub(super) struct ClientConn {
 /// Starts client connection `index` of an endpoint in echo mode.
 pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32) -> Result {
     let depth = cfg.depth;
+    let sent_at = KVec::from_elem(None, depth as usize, GFP_KERNEL)?;
+    let acked_at = KVec::from_elem(None, depth as usize, GFP_KERNEL)?;
     let handler = try_pin_init!(ClientConn {
         shared: shared.clone(),
         index,
@@ -76,8 +82,8 @@ pub(super) fn start(shared: &Arc<Shared>, cfg: &Config, addr: &Addr, index: u32)
             expected: 0,
             inflight: 0,
             busy: [0; (MAX_DEPTH / 64) as usize],
-            sent_at: [None; MAX_DEPTH as usize],
-            acked_at: [None; MAX_DEPTH as usize],
+            sent_at,
+            acked_at,
             started: None,
             qp: None,
             watch: Watch::new(),
@@ -233,7 +239,7 @@ impl ClientConn {
             if let Some(t) = st.acked_at.get_mut(k as usize) {
                 *t = None;
             }
-            (st.expected, st.sent_at[k as usize])
+            (st.expected, st.sent_at.get(k as usize).copied().flatten())
         };
         let good = if len != self.size {
             false
