@@ -74,9 +74,10 @@ pub(super) struct Cq {
 
 /// What polls a busy-polled CQ: a work item on one of the module's two
 /// polling workqueues, per CPU or unbound as the poll context picks
-/// (`workqueue::poll_queue`), queued by the CQ's completion handler. Each run polls until the CQ has been empty for `spin`, then arms
-/// the CQ and ends: while completions follow each other within `spin` (a
-/// depth-1 echo's next message), none waits for a work item to wake up.
+/// (`workqueue::poll_queue`), queued by the CQ's completion handler. Each run
+/// polls until the CQ has been empty for `spin`, then arms the CQ and ends:
+/// while completions follow each other within `spin` (a depth-1 echo's next
+/// message), none waits for a work item to wake up.
 ///
 /// # Invariants
 ///
