@@ -88,15 +88,10 @@ impl WorkQueue {
                 0,
             )
         };
+        let made = [poll_unb_wq, poll_wq, wq];
         if poll_wq.is_null() || poll_unb_wq.is_null() {
             // SAFETY: Those allocated above are known to nothing else.
-            unsafe {
-                for q in [poll_unb_wq, poll_wq, wq] {
-                    if !q.is_null() {
-                        bindings::destroy_workqueue(q);
-                    }
-                }
-            }
+            unsafe { destroy_unused(made) };
             return Err(ENOMEM);
         }
         if WQ
@@ -105,11 +100,7 @@ impl WorkQueue {
         {
             // Another `new` got there first: these were never used.
             // SAFETY: All were allocated above and nothing else knows them.
-            unsafe {
-                bindings::destroy_workqueue(poll_unb_wq);
-                bindings::destroy_workqueue(poll_wq);
-                bindings::destroy_workqueue(wq);
-            }
+            unsafe { destroy_unused(made) };
             return Err(EBUSY);
         }
         POLL_WQ.store(poll_wq, Ordering::Release);
@@ -117,6 +108,19 @@ impl WorkQueue {
         // INVARIANT: The workqueues were created, `WQ`, `POLL_WQ` and
         // `POLL_UNB_WQ` point to them, and they belong to this value.
         Ok(Self(()))
+    }
+}
+
+/// Destroys the workqueues of `qs` that were made (the non-null ones), in
+/// order.
+///
+/// # Safety
+///
+/// Each non-null entry must be a live workqueue that nothing else knows.
+unsafe fn destroy_unused(qs: [*mut bindings::workqueue_struct; 3]) {
+    for q in qs.into_iter().filter(|q| !q.is_null()) {
+        // SAFETY: Live, and known to nothing else, by the caller's guarantee.
+        unsafe { bindings::destroy_workqueue(q) };
     }
 }
 
