@@ -179,30 +179,25 @@ net_setup || { echo "bench: network setup failed"; exit 1; }
 echo "bench: kernel $(uname -r), $(nproc) CPUs, rxe between two namespaces over veth"
 uname -r >"$OUT/kernel"
 
-# One native echo server per size, deep enough for the pipelined runs.
-i=0
-for s in "${SIZES[@]}"; do
-	endpoint $NS_A esrv$s role=server mode=echo addr=$ADDR_A port=$((7300 + i)) \
-		depth=$BW_DEPTH size=$s mem_budget_kib=65536 enable=1 || exit 1
-	i=$((i + 1))
-done
+# echo_servers NAME BASE_PORT KNOB...: one native echo server per size,
+# NAME<size> on BASE_PORT + the size's index, with KNOB...
+echo_servers() {
+	local name=$1 base=$2 i=0 s
+	shift 2
+	for s in "${SIZES[@]}"; do
+		endpoint $NS_A $name$s role=server mode=echo addr=$ADDR_A port=$((base + i)) \
+			size=$s "$@" enable=1 || return 1
+		i=$((i + 1))
+	done
+}
+# One per size deep enough for the pipelined runs; one whose connections'
+# CQs are busy-polled, and one on the per-CPU workqueue (poll_context=workqueue;
+# the others run on the default, unbound_workqueue), for the depth-1 runs.
+echo_servers esrv 7300 depth=$BW_DEPTH mem_budget_kib=65536 || exit 1
+echo_servers bsrv 7320 depth=1 busy_poll_us=$BUSY_POLL_US || exit 1
+echo_servers wsrv 7340 depth=1 poll_context=workqueue || exit 1
 port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
-# And one per size whose connections' CQs are busy-polled, for the depth-1 runs.
-i=0
-for s in "${SIZES[@]}"; do
-	endpoint $NS_A bsrv$s role=server mode=echo addr=$ADDR_A port=$((7320 + i)) \
-		depth=1 size=$s busy_poll_us=$BUSY_POLL_US enable=1 || exit 1
-	i=$((i + 1))
-done
 bport_of() { echo $(($(port_of $1) + 20)); }
-# And one per size on the per-CPU workqueue (poll_context=workqueue; the
-# others run on the default, unbound_workqueue), for the depth-1 runs.
-i=0
-for s in "${SIZES[@]}"; do
-	endpoint $NS_A wsrv$s role=server mode=echo addr=$ADDR_A port=$((7340 + i)) \
-		depth=1 size=$s poll_context=workqueue enable=1 || exit 1
-	i=$((i + 1))
-done
 wport_of() { echo $(($(port_of $1) + 40)); }
 # The CM setup's 500 connections at once: above max_conns' default of 256.
 endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
