@@ -42,6 +42,7 @@ pub(super) fn stats(ep: &Endpoint, w: &mut impl core::fmt::Write) -> core::fmt::
     writeln!(w, "rejected {}", s.rejected)?;
     writeln!(w, "accept_timeouts {}", s.accept_timeouts)?;
     writeln!(w, "logs_suppressed {}", s.logs_suppressed)?;
+    writeln!(w, "softirq_pings {}", s.softirq_pings)?;
     writeln!(w, "active {}", active)?;
     for (status, n) in s.wc_errors.iter().filter(|e| e.1 > 0) {
         writeln!(w, "wc_error_status_{} {}", status, n)?;

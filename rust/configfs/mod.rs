@@ -487,7 +487,7 @@ endpoint_attr!(35,
     },
     store: |ep: &Endpoint, page: &[u8]| ep.configure("poll_context", |c| {
         c.poll_context = PollContext::by_name(text(page)?)
-            .ok_or("must be workqueue or unbound_workqueue")?;
+            .ok_or("must be workqueue, unbound_workqueue or softirq")?;
         Ok(())
     }),
 );

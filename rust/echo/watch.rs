@@ -114,6 +114,15 @@ impl Watch {
         self.last_ok = Some(Instant::now());
     }
 
+    /// Something was acknowledged at `t` (a completion recorded where the
+    /// watch's lock cannot be taken, the CQ's softirq): the latest of the
+    /// acknowledgements counts.
+    pub(crate) fn acked_at(&mut self, t: Instant<Monotonic>) {
+        if self.last_ok.is_none_or(|l| (t - l).as_nanos() > 0) {
+            self.last_ok = Some(t);
+        }
+    }
+
     /// The probe completed.
     pub(crate) fn probe_acked(&mut self) {
         self.probe = None;

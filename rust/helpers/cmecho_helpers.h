@@ -73,6 +73,8 @@ int cmecho_cq_arm(struct ib_cq *cq);
 void cmecho_work_init(struct work_struct *work, void (*func)(struct work_struct *work));
 bool cmecho_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 bool cmecho_need_resched(void);
+void cmecho_bh_disable(void);
+void cmecho_bh_enable(void);
 int cmecho_dma_map(struct ib_device *dev, void *cpu, u32 len, u64 *dma);
 void cmecho_dma_unmap(struct ib_device *dev, u64 dma, u32 len);
 void cmecho_dma_sync(struct ib_device *dev, u64 dma, u32 len, bool for_cpu);

@@ -4,14 +4,15 @@
  *
  * Only what Rust cannot call: macros (ib_alloc_pd, ib_alloc_cq, INIT_WORK),
  * static inlines (the ib_dma_* family, ib_post_send/ib_post_recv,
- * ib_req_notify_cq, queue_work, need_resched, the rkey update of a
- * registration), and the fields of a QP and a CQ, whose structs Rust has no
+ * ib_req_notify_cq, queue_work, need_resched, local_bh_disable/enable, the
+ * rkey update of a registration), and the fields of a QP and a CQ, whose structs Rust has no
  * layout for (a QP's number, a busy-polled CQ's completion handler).
  * Rust builds the work requests, reads completions, queries QPs and frees PDs
  * and MRs itself. The helpers keep nothing between calls; the objects, their
  * bounds checks and their teardown order belong to rust/rdma/verbs/.
  */
 #include <linux/dma-mapping.h>
+#include <linux/bottom_half.h>
 #include <linux/err.h>
 #include <linux/sched.h>
 #include <linux/workqueue.h>
@@ -84,6 +85,21 @@ bool cmecho_queue_work(struct workqueue_struct *wq, struct work_struct *work)
 bool cmecho_need_resched(void)
 {
 	return need_resched() || tif_test_bit(TIF_NEED_RESCHED_LAZY);
+}
+
+/*
+ * Bottom halves off and on again (local_bh_disable/enable, static inlines):
+ * around a busy-polled CQ's fast path, which then runs as in softirq, not
+ * preempted while it holds the connection's resources.
+ */
+void cmecho_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void cmecho_bh_enable(void)
+{
+	local_bh_enable();
 }
 
 /* Maps @len bytes at @cpu both ways; -ENOMEM if the mapping failed. */

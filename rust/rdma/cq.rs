@@ -5,8 +5,8 @@
 //!
 //! Every work request a [`ResPtr`] posts carries one of its [`Cqe`]s, which
 //! names the tag the request was posted with and the [`Completion`] context of
-//! the resources. The CQ (polled on a workqueue) calls the `Cqe`'s
-//! `done` function, [`wc_done`], once per completion; it hands the tag and the
+//! the resources. The CQ (polled on a workqueue or in its softirq) calls the
+//! `Cqe`'s `done` function, [`wc_done`], once per completion; it hands the tag and the
 //! outcome to the context. Only this module makes the [`FromCq`] proof that
 //! [`Completion::complete`] requires, so no other code can call it.
 //!
@@ -15,10 +15,12 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use super::ffi;
+use super::verbs::ResRef;
 use core::fmt;
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
+use kernel::sync::ArcBorrow;
 
 /// A failed work completion: the `ib_wc_status` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,10 +48,18 @@ impl kernel::fmt::Display for WcError {
 pub(crate) struct FromCq(());
 
 /// The receiver of a QP's work completions: what the completion context points to.
-pub(crate) trait Completion: Send + Sync + 'static {
+pub(crate) trait Completion: Send + Sync + Sized + 'static {
     /// A work completion: the tag it was posted with, and the bytes it carried or
-    /// why it failed. Runs on the CQ's workqueue, one completion of a CQ at a time.
-    fn complete(&self, from: FromCq, tag: u32, status: Result<u32, WcError>);
+    /// why it failed; `res` reaches the resources whose CQ runs it. Runs where
+    /// the CQ's poll context says (a work item, or the CQ's softirq), one
+    /// completion of a CQ at a time.
+    fn complete(
+        this: ArcBorrow<'_, Self>,
+        from: FromCq,
+        res: ResRef<'_, Self>,
+        tag: u32,
+        status: Result<u32, WcError>,
+    );
 }
 
 /// What a work request carries to its completion: the kernel's `struct ib_cqe`
@@ -64,9 +74,11 @@ pub(crate) trait Completion: Send + Sync + 'static {
 ///
 /// # Invariants
 ///
-/// `cqe.done` is [`wc_done::<C>`] for the `C` that `ctx` points to. The `Cqe`
-/// owns no reference on it: whoever made it keeps the `C` alive as long as a
-/// request carrying it may complete ([`Cqe::new`]). A `Cqe` with
+/// `cqe.done` is [`wc_done::<C>`] for the `C` that `ctx` points to, an
+/// `Arc<C>`'s. The `Cqe` owns no reference on it: whoever made it keeps the
+/// `C` alive as long as a request carrying it may complete ([`Cqe::new`]).
+/// `res` is the address of the `ResPtr<C>` it belongs to, set
+/// ([`Cqe::set_res`]) before any request carries it. A `Cqe` with
 /// `signal_success` false reports failures only. A writer `Cqe` reaches work
 /// requests only through [`Cqe::post_writer`]. `inflight` is at least the
 /// number of requests posted with it that have not completed (always 0 unless
@@ -76,6 +88,7 @@ pub(crate) trait Completion: Send + Sync + 'static {
 pub(super) struct Cqe {
     cqe: ffi::ib_cqe,
     ctx: *const c_void,
+    res: *const c_void,
     tag: u32,
     signal_success: bool,
     writer: bool,
@@ -90,9 +103,11 @@ impl Cqe {
     ///
     /// # Safety
     ///
-    /// `ctx` must stay a valid `C` for as long as a work request carrying this
-    /// `Cqe` may complete. With `writer`, the address of the `Cqe` must reach a
-    /// work request only through [`Cqe::post_writer`], never [`Cqe::as_ptr`].
+    /// `ctx` must be the address of an `Arc<C>`'s `C`, and stay valid for as
+    /// long as a work request carrying this `Cqe` may complete. With `writer`,
+    /// the address of the `Cqe` must reach a work request only through
+    /// [`Cqe::post_writer`], never [`Cqe::as_ptr`]. [`Cqe::set_res`] must be
+    /// called before either.
     pub(super) unsafe fn new<C: Completion>(
         ctx: *const C,
         tag: u32,
@@ -105,12 +120,19 @@ impl Cqe {
                 done: Some(wc_done::<C>),
             },
             ctx: ctx.cast(),
+            res: core::ptr::null(),
             tag,
             signal_success,
             writer,
             inflight: AtomicU32::new(0),
             writes: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// Names `res`, the resources this `Cqe` belongs to, boxed where they
+    /// stay until their CQ is freed: before any request carries it.
+    pub(super) fn set_res(&mut self, res: *const c_void) {
+        self.res = res;
     }
 
     /// The address a work request carries: that of the whole `Cqe`, whose first
@@ -193,13 +215,20 @@ unsafe extern "C" fn wc_done<C: Completion>(_cq: *mut ffi::IbCq, wc: *mut ffi::I
     if status == ffi::IB_WC_SUCCESS && !c.signal_success {
         return;
     }
-    // SAFETY: By the `Cqe` invariant and the caller's guarantee, `ctx` is a live `C`.
-    let ctx = unsafe { &*c.ctx.cast::<C>() };
+    // SAFETY: By the `Cqe` invariant and the caller's guarantee, `ctx` is a
+    // live `Arc<C>`'s `C`, whose reference its owner keeps until the CQ is
+    // freed, after this callback.
+    let ctx = unsafe { ArcBorrow::from_raw(c.ctx.cast::<C>()) };
+    // SAFETY: `res` is the `Cqe`'s resources (set before the request was
+    // posted, by the `Cqe` invariant), and their CQ runs this callback.
+    let Some(res) = (unsafe { ResRef::from_raw(c.res) }) else {
+        return;
+    };
     let st = if status == ffi::IB_WC_SUCCESS {
         // SAFETY: As above; a successful completion has its length set.
         Ok(unsafe { (*wc).byte_len })
     } else {
         Err(WcError(status))
     };
-    ctx.complete(FromCq(()), c.tag, st);
+    C::complete(ctx, FromCq(()), res, c.tag, st);
 }

@@ -249,8 +249,12 @@ pub(crate) struct ConnParams {
 }
 
 /// Where a connection's completion work runs: a work item in process context
-/// either way (the handlers may sleep), woken on the CPU its CQ's event came
-/// on, or on any.
+/// (the handlers may sleep), woken on the CPU its CQ's event came on, or on
+/// any; or the CQ's softirq, which hands the handler's fast path
+/// ([`ConnHandler::fast_completion`]) each successful completion and passes
+/// the rest, in order, to a work item in process context.
+///
+/// [`ConnHandler::fast_completion`]: super::ConnHandler::fast_completion
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum PollContext {
     /// Per CPU, on the CPU of the CQ's event (`IB_POLL_WORKQUEUE`, the core's
@@ -261,6 +265,10 @@ pub(crate) enum PollContext {
     /// Unbound (`IB_POLL_UNBOUND_WORKQUEUE`, `ib-comp-unb-wq`): the scheduler
     /// wakes the work item on any CPU it allows, an idle one first.
     UnboundWorkqueue,
+    /// The CQ's softirq (`IB_POLL_SOFTIRQ`), on the CPU of the CQ's event,
+    /// with no task to wake. Busy polled, the unbound polling workqueue's
+    /// work item polls, and its completions go the same way.
+    Softirq,
 }
 
 impl PollContext {
@@ -270,12 +278,13 @@ impl PollContext {
         match self {
             Self::Workqueue => "workqueue",
             Self::UnboundWorkqueue => "unbound_workqueue",
+            Self::Softirq => "softirq",
         }
     }
 
     /// The value [`PollContext::name`] gives `name`.
     pub(crate) fn by_name(name: &str) -> Option<Self> {
-        [Self::Workqueue, Self::UnboundWorkqueue]
+        [Self::Workqueue, Self::UnboundWorkqueue, Self::Softirq]
             .into_iter()
             .find(|p| p.name() == name)
     }

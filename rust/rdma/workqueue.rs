@@ -27,8 +27,15 @@ static WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut(
 /// cleared just after it.
 static POLL_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
-/// The same for [`PollContext::UnboundWorkqueue`].
+/// The same for [`PollContext::UnboundWorkqueue`] and [`PollContext::Softirq`].
 static POLL_UNB_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
+
+/// The module's workqueue for the completions a softirq CQ hands to process
+/// context ([`enqueue_completion`]): made with [`WQ`], set and cleared with
+/// the polling ones. Its own, not [`WQ`]: a release running on [`WQ`] waits
+/// for these items (`flush_work`), and a work item must not wait for one
+/// queued behind it on its own workqueue's rescuer.
+static COMP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
 
 /// The module's workqueue, alive from [`WorkQueue::new`] to its drop.
 ///
@@ -37,7 +44,8 @@ static POLL_UNB_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::
 /// # Invariants
 ///
 /// While a value exists, the module's workqueues exist and [`WQ`],
-/// [`POLL_WQ`] and [`POLL_UNB_WQ`] point to them; there is at most one.
+/// [`POLL_WQ`], [`POLL_UNB_WQ`] and [`COMP_WQ`] point to them; there is at
+/// most one.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
@@ -88,8 +96,20 @@ impl WorkQueue {
                 0,
             )
         };
-        let made = [poll_unb_wq, poll_wq, wq];
-        if poll_wq.is_null() || poll_unb_wq.is_null() {
+        // Unbound and high priority, as the core's `ib-comp-unb-wq`; with a
+        // rescuer, as the releases that wait for its items have one.
+        // SAFETY: As above.
+        let comp_wq = unsafe {
+            ffi::cmecho_wq_alloc(
+                c"cmecho_comp".as_char_ptr(),
+                bindings::wq_flags_WQ_UNBOUND
+                    | bindings::wq_flags_WQ_HIGHPRI
+                    | bindings::wq_flags_WQ_MEM_RECLAIM,
+                0,
+            )
+        };
+        let made = [comp_wq, poll_unb_wq, poll_wq, wq];
+        if poll_wq.is_null() || poll_unb_wq.is_null() || comp_wq.is_null() {
             // SAFETY: Those allocated above are known to nothing else.
             unsafe { destroy_unused(made) };
             return Err(ENOMEM);
@@ -105,8 +125,10 @@ impl WorkQueue {
         }
         POLL_WQ.store(poll_wq, Ordering::Release);
         POLL_UNB_WQ.store(poll_unb_wq, Ordering::Release);
-        // INVARIANT: The workqueues were created, `WQ`, `POLL_WQ` and
-        // `POLL_UNB_WQ` point to them, and they belong to this value.
+        COMP_WQ.store(comp_wq, Ordering::Release);
+        // INVARIANT: The workqueues were created, `WQ`, `POLL_WQ`,
+        // `POLL_UNB_WQ` and `COMP_WQ` point to them, and they belong to this
+        // value.
         Ok(Self(()))
     }
 }
@@ -117,7 +139,7 @@ impl WorkQueue {
 /// # Safety
 ///
 /// Each non-null entry must be a live workqueue that nothing else knows.
-unsafe fn destroy_unused(qs: [*mut bindings::workqueue_struct; 3]) {
+unsafe fn destroy_unused(qs: [*mut bindings::workqueue_struct; 4]) {
     for q in qs.into_iter().filter(|q| !q.is_null()) {
         // SAFETY: Live, and known to nothing else, by the caller's guarantee.
         unsafe { bindings::destroy_workqueue(q) };
@@ -126,6 +148,12 @@ unsafe fn destroy_unused(qs: [*mut bindings::workqueue_struct; 3]) {
 
 impl Drop for WorkQueue {
     fn drop(&mut self) {
+        let comp_wq = COMP_WQ.swap(ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: By the type invariant `comp_wq` is a live workqueue this
+        // value owns. Every connection is gone, and each waited for its
+        // items on it when it was released. Destroyed before `WQ`: an item
+        // may still queue a close there.
+        unsafe { bindings::destroy_workqueue(comp_wq) };
         let wq = WQ.load(Ordering::Acquire);
         // SAFETY: By the type invariant `wq` is the live workqueue this value owns.
         // Dropped at module exit, after every other part of the module (configfs,
@@ -166,7 +194,7 @@ pub(super) fn poll_queue(poll: PollContext) -> Option<NonNull<bindings::workqueu
     NonNull::new(
         match poll {
             PollContext::Workqueue => &POLL_WQ,
-            PollContext::UnboundWorkqueue => &POLL_UNB_WQ,
+            PollContext::UnboundWorkqueue | PollContext::Softirq => &POLL_UNB_WQ,
         }
         .load(Ordering::Acquire),
     )
@@ -219,6 +247,22 @@ pub(crate) fn spawn<T: FnOnce() + Send + 'static>(f: T) -> Result {
     )?;
     q.enqueue(job);
     Ok(())
+}
+
+/// Queues `item`'s work item `ID` on the module's workqueue for completions
+/// handed to process context ([`COMP_WQ`]), as [`enqueue`] does on the
+/// module's workqueue.
+pub(super) fn enqueue_completion<T, const ID: u64>(item: Arc<T>) -> Result<(), Arc<T>>
+where
+    T: WorkItem<ID, Pointer = Arc<T>> + HasWork<T, ID> + Send + Sync + 'static,
+{
+    let wq = COMP_WQ.load(Ordering::Acquire);
+    if wq.is_null() {
+        return Err(item);
+    }
+    // SAFETY: A non-null pointer is the live workqueue, which lives until the
+    // module drops its `WorkQueue`, after every connection that queues on it.
+    unsafe { Queue::from_raw(wq) }.enqueue(item)
 }
 
 /// Queues `item`, whose work item is a field of its own (preallocated with it),

@@ -15,6 +15,8 @@
 //!    service's callbacks run (see `crate::rdma::conn`).
 //! 3. A connection's ULP state: `cmecho_native_srv_st`, `cmecho_native_cli_st`,
 //!    `cmecho_rping_cli_progress`, `cmecho_rping_srv_progress`. Never two at once.
+//!    A native server connection's `cmecho_native_srv_hot` (a spinlock with
+//!    interrupts off, taken in the CQ's softirq too) nests with nothing.
 //! 4. `Shared::inner` (`cmecho_shared_inner`): the endpoint's state, stats and
 //!    connection list. Calls into a connection's state below it, never into a
 //!    ULP state above it.
@@ -55,6 +57,7 @@ use crate::rdma::verbs::QpConfig;
 use crate::rdma::{
     Conn, ConnState, ConnectRequest, NetNs, RejectReason, StepError, Timer, TimerHandler,
 };
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
@@ -158,6 +161,11 @@ pub(crate) struct Shared {
     /// established, and the connections' watch, armed while one wants it
     /// ([`EchoConn::tick`]). Disarmed by `stop`.
     reaper: Arc<Timer<Shared>>,
+    /// The bytes and messages the connections' fast paths echoed, in the
+    /// CQ's softirq, where `inner` cannot be taken: added to `stats.bytes`
+    /// and `stats.pings` when they are read ([`Shared::fast_stats`]).
+    fast_bytes: AtomicU64,
+    fast_pings: AtomicU64,
 }
 
 /// One cmecho endpoint: a configfs directory.
@@ -204,6 +212,8 @@ impl Endpoint {
                 }, "cmecho_shared_inner"),
                 changed <- new_condvar!("cmecho_shared_changed"),
                 reaper: Timer::new()?,
+                fast_bytes: AtomicU64::new(0),
+                fast_pings: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -322,6 +332,8 @@ impl Endpoint {
             return Err(EINVAL);
         }
         g.stats = Stats::default();
+        self.shared.fast_bytes.store(0, Ordering::Relaxed);
+        self.shared.fast_pings.store(0, Ordering::Relaxed);
         g.rtt.reset();
         g.read_back = None;
         g.last_error.clear();
@@ -405,7 +417,10 @@ impl Endpoint {
         let kept = self.shared.inner.lock().rtt.len();
         let mut samples = KVVec::with_capacity(kept, GFP_KERNEL);
         let g = self.shared.inner.lock();
-        let stats = g.stats;
+        let mut stats = g.stats;
+        stats.bytes += self.shared.fast_bytes.load(Ordering::Relaxed);
+        stats.softirq_pings = self.shared.fast_pings.load(Ordering::Relaxed);
+        stats.pings += stats.softirq_pings;
         let active = g.run.established();
         if let Ok(v) = samples.as_mut() {
             g.rtt.copy_into(v);

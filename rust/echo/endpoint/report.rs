@@ -76,6 +76,13 @@ impl Shared {
         f(&mut self.inner.lock().stats);
     }
 
+    /// Adds `bytes` and `pings` to the stats from a connection's fast path
+    /// (`ConnHandler::fast_completion`), which must not take `inner`.
+    pub(in crate::echo) fn fast_stats(&self, bytes: u64, pings: u64) {
+        self.fast_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.fast_pings.fetch_add(pings, Ordering::Relaxed);
+    }
+
     /// Updates the stats with `f` and records a round-trip time, under one
     /// lock; the round trip, of a `size`-byte message on connection `conn`, also
     /// goes to its tracepoint.

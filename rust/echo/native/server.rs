@@ -13,9 +13,12 @@ use crate::echo::{Config, ConnCounters, EchoConn, Shared};
 use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
-use crate::rdma::{Conn, ConnHandler, ConnectRequest, EndReason, Reject, RejectReason, StepError};
+use crate::rdma::{
+    Conn, ConnHandler, ConnectRequest, EndReason, Fast, FastDone, Reject, RejectReason, StepError,
+};
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::sync::{new_mutex, new_spinlock_irq, Arc, Mutex, SpinLockIrq};
+use kernel::time::{Instant, Monotonic};
 
 /// The native echo server side of an endpoint.
 pub(super) struct Server {
@@ -68,30 +71,45 @@ impl ServerMode for Server {
             shared: shared.clone(),
             slots: self.slots,
             size: self.size,
-            st <- new_mutex!(SrvState {
+            hot <- new_spinlock_irq!(SrvHot {
                 counters: ConnCounters::default(),
                 sends: 0,
+                last_ok: None,
+            }, "cmecho_native_srv_hot"),
+            st <- new_mutex!(SrvState {
                 watch: Watch::new(),
             }, "cmecho_native_srv_st"),
         })
     }
 }
 
-/// What an echo-mode server connection keeps under its lock.
-struct SrvState {
+/// What an echo-mode server connection's completions update, in process
+/// context or in the CQ's softirq ([`ConnHandler::fast_completion`]).
+struct SrvHot {
     counters: ConnCounters,
     /// Echoes posted and not completed yet.
     sends: u32,
+    /// When the last echo completed: an acknowledgement, for the watch.
+    last_ok: Option<Instant<Monotonic>>,
+}
+
+/// What an echo-mode server connection keeps under its lock.
+struct SrvState {
     watch: Watch,
 }
 
 /// One connection of an echo-mode server: receive slot `k` (tag `k`) is echoed
 /// with send tag `slots + k` and reposted when that send completes.
+///
+/// Its locks are never nested: `st` is taken in process context only, `hot`
+/// (interrupts off) anywhere.
 #[pin_data]
 pub(super) struct ServerConn {
     shared: Arc<Shared>,
     slots: u32,
     size: u32,
+    #[pin]
+    hot: SpinLockIrq<SrvHot>,
     #[pin]
     st: Mutex<SrvState>,
 }
@@ -102,7 +120,7 @@ impl ServerConn {
             // Torn down meanwhile: the failure is the teardown's, not an error.
             return;
         }
-        self.st.lock().counters.errors += 1;
+        self.hot.lock().counters.errors += 1;
         self.shared.error(fmt!("server: echo connection: {}", what));
         conn.close();
     }
@@ -111,13 +129,29 @@ impl ServerConn {
     fn probe_tag(&self) -> u32 {
         2 * self.slots
     }
+
+    /// Message `len` bytes long was echoed (its SEND posted).
+    fn echoed(&self, len: u32) {
+        let mut h = self.hot.lock();
+        h.sends += 1;
+        h.last_ok = Some(Instant::now());
+        h.counters.messages += 1;
+        h.counters.bytes += u64::from(len);
+    }
+
+    /// An echo's SEND completed.
+    fn echo_done(&self) {
+        let mut h = self.hot.lock();
+        h.sends = h.sends.saturating_sub(1);
+        h.last_ok = Some(Instant::now());
+    }
 }
 
 impl EchoConn for ServerConn {
     fn setup_failed(&self) {}
 
     fn counters(&self) -> ConnCounters {
-        self.st.lock().counters
+        self.hot.lock().counters
     }
 
     /// Probes the client once the connection has been idle (no completion,
@@ -127,8 +161,14 @@ impl EchoConn for ServerConn {
         if !conn.is_open() {
             return None;
         }
+        let (idle, last_ok) = {
+            let h = self.hot.lock();
+            (h.sends == 0, h.last_ok)
+        };
         let mut st = self.st.lock();
-        let idle = st.sends == 0;
+        if let Some(t) = last_ok {
+            st.watch.acked_at(t);
+        }
         let checked = st.watch.check(conn, self.probe_tag(), idle);
         let again = st.watch.again_ms();
         drop(st);
@@ -181,21 +221,11 @@ impl ConnHandler for ServerConn {
                     self.fail(conn, fmt!("cannot post the echo"));
                     return;
                 }
-                {
-                    let mut st = self.st.lock();
-                    st.sends += 1;
-                    st.watch.acked();
-                    st.counters.messages += 1;
-                    st.counters.bytes += u64::from(len);
-                }
+                self.echoed(len);
                 self.shared.stats(|s| s.bytes += u64::from(len));
             }
             Ok(_) => {
-                {
-                    let mut st = self.st.lock();
-                    st.sends = st.sends.saturating_sub(1);
-                    st.watch.acked();
-                }
+                self.echo_done();
                 let k = tag - self.slots;
                 if conn
                     .with_res(|res| res.post_recv(k, k, 0, self.size))
@@ -207,6 +237,30 @@ impl ConnHandler for ServerConn {
                 self.shared.stats(|s| s.pings += 1);
             }
         }
+    }
+
+    /// An echo's two steps, in the CQ's softirq: a message arrived, so its
+    /// echo is posted; an echo was sent, so its receive is posted again. A
+    /// probe's completion, which takes the watch's lock, is deferred, as is
+    /// a step whose post fails (then nothing of it is done here).
+    fn fast_completion(&self, fast: &Fast<'_, Self>, tag: u32, len: u32) -> FastDone {
+        if tag < self.slots {
+            if fast.post_send(self.slots + tag, tag, 0, len).is_err() {
+                return FastDone::Defer;
+            }
+            self.echoed(len);
+            self.shared.fast_stats(u64::from(len), 0);
+        } else if tag < self.probe_tag() {
+            let k = tag - self.slots;
+            if fast.post_recv(k, k, 0, self.size).is_err() {
+                return FastDone::Defer;
+            }
+            self.echo_done();
+            self.shared.fast_stats(0, 1);
+        } else {
+            return FastDone::Defer;
+        }
+        FastDone::Done
     }
 
     fn ended(&self, conn: &Conn<Self>, reason: EndReason) {

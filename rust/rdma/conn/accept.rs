@@ -86,7 +86,7 @@ impl<H: ConnHandler> Conn<H> {
         if let Some(res) = res {
             // SAFETY: The id is handed back only below; this is a CM handler,
             // not a completion.
-            unsafe { res.destroy() };
+            unsafe { self.release_res(res) };
         }
         // While lent, nothing but the accept takes the id.
         match id {

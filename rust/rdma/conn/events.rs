@@ -5,14 +5,17 @@
 //! ULP's [`ConnHandler`].
 
 use super::state::{Action, Input};
-use super::{Conn, ConnHandler};
+use super::{Conn, ConnHandler, Fast, FastDone, DEFER_WORK};
 use crate::rdma::context::{current_task, Scope};
 use crate::rdma::cq::{Completion, FromCq, WcError};
 use crate::rdma::event::{Event, EventKind};
 use crate::rdma::ffi;
 use crate::rdma::id::{CmEvents, EventId, Verdict};
-use crate::rdma::params::Ece;
+use crate::rdma::params::{Ece, PollContext};
+use crate::rdma::verbs::{BhOff, ResRef};
 use core::sync::atomic::Ordering;
+use kernel::sync::{Arc, ArcBorrow};
+use kernel::workqueue::Work;
 
 impl<H: ConnHandler> Conn<H> {
     /// A work request of this accepted connection completed before
@@ -72,8 +75,10 @@ impl<H: ConnHandler> CmEvents for Conn<H> {
     }
 }
 
-impl<H: ConnHandler> Completion for Conn<H> {
-    fn complete(&self, _from: FromCq, tag: u32, status: Result<u32, WcError>) {
+impl<H: ConnHandler> Conn<H> {
+    /// A completion in process context: tells the CM of the first, then
+    /// hands it to [`ConnHandler::completion`].
+    fn complete_now(&self, tag: u32, status: Result<u32, WcError>) {
         if status.is_ok() && !self.comm_est_done.load(Ordering::Relaxed) {
             self.comm_est();
         }
@@ -81,5 +86,80 @@ impl<H: ConnHandler> Completion for Conn<H> {
         self.cq_task.store(current_task(), Ordering::Relaxed);
         self.handler.completion(self, tag, status);
         self.cq_task.store(0, Ordering::Relaxed);
+    }
+
+    /// A completion of a softirq CQ: to the handler's fast path if it is a
+    /// success, nothing waits before it, the CM needs no word of it
+    /// (`comm_est`), and no other thread holds the resources; otherwise, and
+    /// whenever the fast path declines, to process context.
+    fn complete_fast(
+        this: ArcBorrow<'_, Self>,
+        res: ResRef<'_, Self>,
+        tag: u32,
+        status: Result<u32, WcError>,
+    ) {
+        if let Ok(len) = status {
+            let clear =
+                this.comm_est_done.load(Ordering::Relaxed) && this.deferred.lock().pending == 0;
+            if clear {
+                // Bottom halves off: on a busy poller's work item the fast
+                // path then runs as it does in softirq, not preempted while
+                // it holds the resources, which process context may be
+                // waiting for.
+                let _bh = BhOff::new();
+                if let Some(held) = res.try_hold() {
+                    let fast = Fast { res: &held };
+                    if this.handler.fast_completion(&fast, tag, len) == FastDone::Done {
+                        return;
+                    }
+                }
+            }
+        }
+        this.deferred.lock().push((tag, status));
+        // Queued already (then it runs again for this one) or running (it
+        // looks at the ring again before it ends): either way it comes. Not
+        // queued only without a workqueue, which goes after every CQ.
+        let _ =
+            crate::rdma::workqueue::enqueue_completion::<_, DEFER_WORK>(Arc::<Self>::from(this));
+    }
+
+    /// The deferred half of [`Conn::complete_fast`]: hands every completion
+    /// queued to [`Conn::complete_now`], oldest first.
+    pub(super) fn run_deferred(&self) {
+        loop {
+            let Some((tag, status)) = self.deferred.lock().pop() else {
+                return;
+            };
+            self.complete_now(tag, status);
+            let mut d = self.deferred.lock();
+            d.pending = d.pending.saturating_sub(1);
+        }
+    }
+
+    /// Waits until no deferred completion is queued or running: called once
+    /// the CQ is freed, so that none comes after the resources go. Not from
+    /// a completion (it would wait for itself).
+    pub(super) fn flush_deferred(&self) {
+        // SAFETY: The work item is initialised and lives in `self`; flushing
+        // waits for it without touching what it points to.
+        unsafe {
+            kernel::bindings::flush_work(Work::<Self, DEFER_WORK>::raw_get(&self.defer_work));
+        }
+    }
+}
+
+impl<H: ConnHandler> Completion for Conn<H> {
+    fn complete(
+        this: ArcBorrow<'_, Self>,
+        _from: FromCq,
+        res: ResRef<'_, Self>,
+        tag: u32,
+        status: Result<u32, WcError>,
+    ) {
+        if this.params.poll_context == PollContext::Softirq {
+            Self::complete_fast(this, res, tag, status);
+        } else {
+            this.complete_now(tag, status);
+        }
     }
 }

@@ -42,9 +42,13 @@
 //!    item (`rdma_lock_handler`, around the QP's creation, `setup` and
 //!    `rdma_accept`) and, in effect, by `rdma_destroy_id`, which waits for it.
 //! 2. A CQ's completion work, the core's or, busy-polled
-//!    ([`ConnParams::busy_poll_us`]), this layer's own: [`ConnHandler::completion`]
-//!    runs in it, and destroying QP resources waits for it (`ib_free_cq`,
-//!    `disable_work_sync`).
+//!    ([`ConnParams::busy_poll_us`]), this layer's own, and, for a softirq
+//!    CQ, the connection's work item for deferred completions:
+//!    [`ConnHandler::completion`] runs in them, and releasing QP resources
+//!    waits for them (`ib_free_cq`, `disable_work_sync`, then `flush_work`).
+//!    A softirq CQ's [`ConnHandler::fast_completion`] runs in the CQ's
+//!    softirq (busy-polled, on the poller's work item with bottom halves
+//!    off), where it takes only interrupt-safe spinlocks.
 //! 3. The ULP's own locks.
 //! 4. [`Conn`]'s `res` (`cmecho_conn_res`): held while a [`Conn::with_res`]
 //!    closure runs, and while the QP resources are created or taken out.
@@ -52,6 +56,14 @@
 //!    (`cmecho_listener_inner`): never nested with each other or with 1 to 4
 //!    the other way. Below them only the CM's `qp_mutex`, taken by the
 //!    parameter setters, `rdma_disconnect` and `rdma_create_qp`.
+//! 6. [`Conn`]'s `deferred` (`cmecho_conn_deferred`, a spinlock with
+//!    interrupts off): the ring of a softirq CQ's deferred completions, held
+//!    only to push or pop one; nothing is taken under it.
+//!
+//! The QP resources themselves are held by one thread at a time, through
+//! an atomic word rather than a lock (`verbs::ResPtr`): process context
+//! holds them under `res` and waits for a completion that holds them; a
+//! softirq completion only tries, and defers when it cannot.
 //!
 //! So no lock of 3 to 5 is held while calling a CM function that takes a
 //! handler mutex, or while freeing a CQ: this layer calls `rdma_connect`,
@@ -75,6 +87,7 @@
 
 mod accept;
 mod connect;
+mod deferred;
 mod events;
 mod state;
 mod state_kunit;
@@ -86,14 +99,15 @@ use super::error::{step_err, StepError};
 use super::event::EventKind;
 use super::ffi;
 use super::id::{IdPtr, SinkPtr};
-use super::params::{ConnParams, Ece, PrivateData};
+use super::params::{ConnParams, Ece, PollContext, PrivateData};
 use super::trace;
 use super::verbs::{self, QpAttrs, QpConfig};
 pub(crate) use connect::Connector;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use deferred::Deferred;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
-use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
+use kernel::sync::{new_condvar, new_mutex, new_spinlock_irq, Arc, CondVar, Mutex, SpinLockIrq};
 use kernel::time::{msecs_to_jiffies, Delta};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use state::{Action, Input, Phase, State};
@@ -121,6 +135,23 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
 
     /// A work completion of one of the connection's work requests.
     fn completion(&self, conn: &Conn<Self>, tag: u32, status: Result<u32, WcError>);
+
+    /// The fast path of a successful work completion, for a connection whose
+    /// poll context is [`PollContext::Softirq`]: runs in the CQ's softirq
+    /// (or, busy polled, on the poller's work item), so it must not sleep,
+    /// allocate with `GFP_KERNEL` or take a lock that process context takes
+    /// without disabling interrupts (a `SpinLockIrq` is fine, a `Mutex` is
+    /// not). [`Fast`] is all of the connection it may use. It returns
+    /// [`FastDone::Defer`] to have [`ConnHandler::completion`] handle this
+    /// completion in process context instead, having done nothing of it.
+    /// Failed completions, and every completion while one deferred before
+    /// it waits, go to `completion` without it, in order. Optional: the
+    /// default defers every completion.
+    ///
+    /// [`PollContext::Softirq`]: super::params::PollContext::Softirq
+    fn fast_completion(&self, _fast: &Fast<'_, Self>, _tag: u32, _len: u32) -> FastDone {
+        FastDone::Defer
+    }
 
     /// The connection is established.
     fn established(&self, conn: &Conn<Self>);
@@ -165,6 +196,34 @@ pub(crate) trait ConnHandler: Send + Sync + Sized + 'static {
     ///
     /// [`ListenHandler::accepted`]: super::ListenHandler::accepted
     fn accept_failed(&self, _conn: &Conn<Self>, _err: StepError) {}
+}
+
+/// What [`ConnHandler::fast_completion`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FastDone {
+    /// It handled the completion.
+    Done,
+    /// It did nothing: [`ConnHandler::completion`] gets the completion, in
+    /// process context.
+    Defer,
+}
+
+/// What a connection's fast path ([`ConnHandler::fast_completion`]) may use:
+/// its QP resources, held by it, for posting, and nothing that sleeps.
+pub(crate) struct Fast<'a, H: ConnHandler> {
+    res: &'a verbs::ResPtr<Conn<H>>,
+}
+
+impl<H: ConnHandler> Fast<'_, H> {
+    /// [`ResPtr::post_send`](verbs::ResPtr::post_send).
+    pub(crate) fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+        self.res.post_send(tag, idx, off, len)
+    }
+
+    /// [`ResPtr::post_recv`](verbs::ResPtr::post_recv).
+    pub(crate) fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+        self.res.post_recv(tag, idx, off, len)
+    }
 }
 
 /// The steps of [`Connector::connect`], in the order it runs them.
@@ -279,7 +338,7 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// The QP resources, under a lock of their own (taken before `inner`) so
     /// that a [`Conn::with_res`] closure may use the rest of the connection.
     #[pin]
-    res: Mutex<Option<verbs::ResPtr<Conn<H>>>>,
+    res: Mutex<Option<verbs::ResOwner<Conn<H>>>>,
     /// The task running a [`Conn::with_res`] closure, if one runs (as an
     /// address, compared only with `current`; `res` is held meanwhile).
     res_task: AtomicUsize,
@@ -298,6 +357,13 @@ pub(crate) struct Conn<H: ConnHandler> {
     /// ([`Conn::accept_later`]), allocated with the connection likewise.
     #[pin]
     accept_work: Work<Conn<H>, ACCEPT_WORK>,
+    /// The completions a softirq CQ handed to process context, in order,
+    /// and how many of them are not handled yet (`deferred.pending`).
+    #[pin]
+    deferred: SpinLockIrq<Deferred>,
+    /// The work item that hands them to [`ConnHandler::completion`].
+    #[pin]
+    defer_work: Work<Conn<H>, DEFER_WORK>,
     /// A copy of `inner.phase.comm_est_done()`: nothing more to tell the CM
     /// on a successful completion. Read without the lock on every
     /// completion, so that the lock is taken only while it is false.
@@ -321,6 +387,8 @@ static NEXT_SERIAL: AtomicU32 = AtomicU32::new(0);
 const CLOSE_WORK: u64 = 0;
 /// The id of [`Conn`]'s accept work item.
 const ACCEPT_WORK: u64 = 1;
+/// The id of [`Conn`]'s work item for deferred completions.
+const DEFER_WORK: u64 = 2;
 
 impl<H: ConnHandler> Conn<H> {
     fn new(handler: impl PinInit<H, Error>, params: ConnParams, phase: Phase) -> Result<Arc<Self>> {
@@ -343,6 +411,8 @@ impl<H: ConnHandler> Conn<H> {
                 cq_task: AtomicUsize::new(0),
                 close_work <- new_work!("cmecho_conn_close"),
                 accept_work <- new_work!("cmecho_conn_accept"),
+                deferred <- new_spinlock_irq!(Deferred::new(), "cmecho_conn_deferred"),
+                defer_work <- new_work!("cmecho_conn_defer"),
                 comm_est_done: AtomicBool::new(phase.comm_est_done()),
                 serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
                 params,
@@ -484,12 +554,31 @@ impl<H: ConnHandler> Conn<H> {
 
     /// Creates PD, CQ and QP on the id; the QP resources hold a reference on `self`.
     fn create_res(self: &Arc<Self>, qp: &QpConfig) -> Result {
+        if self.params.poll_context == PollContext::Softirq {
+            // Room for twice the completions the queues can hold: more than
+            // a ULP that posts only as its completions free slots can have
+            // waiting. Beyond it the connection fails (`Deferred::push`).
+            let cap = (qp.max_send_wr as usize + qp.max_recv_wr as usize + 4) * 2;
+            let mut ring = KVec::with_capacity(cap, GFP_KERNEL)?;
+            for _ in 0..cap {
+                ring.push((0, Ok(0)), GFP_KERNEL)?;
+            }
+            let old = {
+                let mut d = self.deferred.lock();
+                if d.len > 0 {
+                    return Err(EBUSY);
+                }
+                d.head = 0;
+                core::mem::replace(&mut d.ring, ring)
+            };
+            drop(old);
+        }
         let mut rg = self.res.lock();
         let g = self.inner.lock();
         let id = g.id.as_ref().ok_or(ENOTCONN)?;
         let busy_poll = (self.params.busy_poll_us > 0)
             .then(|| Delta::from_micros(i64::from(self.params.busy_poll_us)));
-        *rg = Some(verbs::ResPtr::create(
+        *rg = Some(verbs::ResOwner::create(
             id,
             self.clone(),
             qp,
@@ -516,10 +605,10 @@ impl<H: ConnHandler> Conn<H> {
             return Err(EDEADLK);
         }
         let g = self.res.lock();
-        let res = g.as_ref().ok_or(ENOTCONN)?;
+        let res = g.as_ref().ok_or(ENOTCONN)?.hold();
         let _scope = Scope::enter(WITH_RES);
         self.res_task.store(me, Ordering::Relaxed);
-        let r = f(res);
+        let r = f(&res);
         self.res_task.store(0, Ordering::Relaxed);
         r
     }
@@ -623,6 +712,7 @@ impl<H: ConnHandler> Conn<H> {
 impl_has_work! {
     impl{H: ConnHandler} HasWork<Self, CLOSE_WORK> for Conn<H> { self.close_work }
     impl{H: ConnHandler} HasWork<Self, ACCEPT_WORK> for Conn<H> { self.accept_work }
+    impl{H: ConnHandler} HasWork<Self, DEFER_WORK> for Conn<H> { self.defer_work }
 }
 
 impl<H: ConnHandler> WorkItem<CLOSE_WORK> for Conn<H> {
@@ -632,6 +722,15 @@ impl<H: ConnHandler> WorkItem<CLOSE_WORK> for Conn<H> {
     /// out of `me`.
     fn run(this: Arc<Self>) {
         this.close_now();
+    }
+}
+
+impl<H: ConnHandler> WorkItem<DEFER_WORK> for Conn<H> {
+    type Pointer = Arc<Self>;
+
+    /// Hands the deferred completions to the handler, in order.
+    fn run(this: Arc<Self>) {
+        this.run_deferred();
     }
 }
 

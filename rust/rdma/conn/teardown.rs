@@ -12,7 +12,7 @@ use crate::rdma::event::Event;
 use crate::rdma::ffi;
 use crate::rdma::id::{give_back, EventId, Verdict};
 use crate::rdma::trace;
-use crate::rdma::verbs::DestroyTimes;
+use crate::rdma::verbs::{DestroyTimes, ResOwner};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
@@ -180,7 +180,7 @@ impl<H: ConnHandler> Conn<H> {
         if let Some(res) = res {
             // SAFETY: The id under the resources is destroyed only below; this is
             // no completion of theirs (`close_and_wait` refuses one, `close` defers).
-            parts = unsafe { res.destroy() };
+            parts = unsafe { self.release_res(res) };
         }
         let t = Instant::<Monotonic>::now();
         if let Some(id) = id {
@@ -203,6 +203,22 @@ impl<H: ConnHandler> Conn<H> {
         drop(g);
         // The callers hold their own reference: this never drops `self`.
         drop(me);
+    }
+
+    /// Destroys the QP resources taken out of `res`, then waits for the
+    /// completions a softirq CQ deferred to process context: after it, no
+    /// completion of theirs runs.
+    ///
+    /// # Safety
+    ///
+    /// As [`ResOwner::destroy`]: the id under them is live, and the caller
+    /// is none of their completions (nor a deferred one: those run on the
+    /// work item this waits for).
+    pub(super) unsafe fn release_res(&self, res: ResOwner<Self>) -> DestroyTimes {
+        // SAFETY: By the caller's guarantee.
+        let t = unsafe { res.destroy() };
+        self.flush_deferred();
+        t
     }
 
     /// Handles `DEVICE_REMOVAL` (event `ev` of id `eid`): decides who
@@ -236,7 +252,7 @@ impl<H: ConnHandler> Conn<H> {
         if let Some(res) = res {
             // SAFETY: The id is handed back only below; a CM handler is not a
             // completion, so waiting for the CQ's work is allowed here.
-            unsafe { res.destroy() };
+            unsafe { self.release_res(res) };
         }
         // The sink goes with the id: the entry point frees it once the CM has
         // the id.

@@ -119,8 +119,9 @@ impl DmaBuf {
     /// data (Acquire here pairs with the Release there; the [`DmaBuf::sync`] for
     /// the CPU that follows makes the data visible, so callers ask before it).
     /// New requests are posted only through the [`ResPtr`] that holds the
-    /// buffer, which is not `Sync` (the connection's mutex hands it to one
-    /// thread at a time): while a copy runs, no other thread can post. The copy's
+    /// buffer, which one thread at a time holds (a `Held`: process context
+    /// under the connection's mutex, or a completion that took it): while a
+    /// copy runs, no other thread can post. The copy's
     /// own thread can, from a closure between two chunks, so a copy in chunks
     /// asks again before each.
     pub(super) fn quiet(&self) -> bool {
@@ -143,7 +144,7 @@ impl Drop for DmaBuf {
     fn drop(&mut self) {
         drop(self.mr.take());
         // SAFETY: Mapped as the type invariant says. The device no longer uses it:
-        // either the QP is destroyed (`ResPtr::destroy`), or the buffer was never
+        // either the QP is destroyed (`ResOwner::destroy`), or the buffer was never
         // in a slot, so no work request named it; its MR is deregistered above.
         unsafe { ffi::cmecho_dma_unmap(self.dev.as_ptr(), self.dma, self.len) };
         // SAFETY: The allocation is this buffer's own, by the type invariant.

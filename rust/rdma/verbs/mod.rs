@@ -5,9 +5,10 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //!
-//! A [`ResPtr`] owns them all. Each kernel object has a type here that frees it on
-//! drop ([`Pd`], [`Cq`], [`Mr`], [`DmaBuf`]); the QP lives in the CM id, and
-//! [`ResPtr::destroy`] destroys it before anything else goes, then drops the
+//! A [`ResOwner`] owns them all, boxed as a [`ResPtr`]. Each kernel object has
+//! a type here that frees it on drop ([`Pd`], [`Cq`], [`Mr`], [`DmaBuf`]); the
+//! QP lives in the CM id, and
+//! [`ResOwner::destroy`] destroys it before anything else goes, then drops the
 //! rest in the order CQ, MRs and buffers, PD, and last the [`Cqe`]s the work
 //! requests pointed to. Every index, tag and length a caller passes is
 //! checked here before C sees it; `rust/helpers/verbs.c` only reaches what Rust
@@ -41,7 +42,7 @@ use core::cell::OnceCell;
 use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use kernel::alloc::flags::GFP_KERNEL;
 use kernel::error::to_result;
 use kernel::page::PAGE_SIZE;
@@ -135,7 +136,7 @@ struct Parts {
     wcqes: KVec<Cqe>,
 }
 
-/// How long each part of [`ResPtr::destroy`] took, in µs.
+/// How long each part of [`ResOwner::destroy`] took, in µs.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct DestroyTimes {
     /// `rdma_destroy_qp`.
@@ -145,24 +146,31 @@ pub(crate) struct DestroyTimes {
     pub(crate) free_us: u64,
 }
 
-/// The QP resources of one connection.
+/// The QP resources of one connection, as their holder sees them: only
+/// through a [`Held`], by one thread at a time.
 ///
-/// Dropping one without [`ResPtr::destroy`] leaks it: its QP must be destroyed,
-/// and its CQ's completion work stopped, before anything under them is freed,
-/// and only `destroy` can.
+/// They are made by [`ResOwner::create`], in a box of their own that the
+/// owner frees in [`ResOwner::destroy`], and reached by the owner
+/// ([`ResOwner::hold`], in process context) and by their completions
+/// ([`ResRef::try_hold`], wherever the CQ runs them: a work item or the CQ's
+/// softirq). Who holds them is `hold`: a thread sets it from [`FREE`] to
+/// [`HELD`] to hold them, and back when its [`Held`] goes; [`DEAD`] once
+/// `destroy` has begun, for good.
 ///
 /// # Invariants
 ///
 /// `id` is the CM id the resources were created on; `dev` its device. `qp` is the
-/// id's QP, created on `parts.pd` with `parts.cq` for both queues, and live until
-/// `destroy`; `lkey` is the PD's local DMA lkey. `ctx` is a reference on an
-/// `Arc<C>` taken by [`ResPtr::create`], the context of every `Cqe` in
-/// `parts.cqes`, of which there are `ntags + 1`, the last for [`TAG_REG`], and
-/// of every `Cqe` in `parts.wcqes`, one writer `Cqe` per tag;
-/// `parts.bufs` has the `nbufs` slots of the configuration. (That the id is
-/// still live is not an invariant: [`ResPtr::destroy`] requires it.) It is not
-/// `Sync`: one thread at a time posts and copies ([`DmaBuf::quiet`] relies on it;
-/// the raw pointers already make it so, the marker says it).
+/// id's QP, created on `parts.pd` with `parts.cq` for both queues, and live
+/// while `hold` is not [`DEAD`]; `lkey` is the PD's local DMA lkey. `ctx` is a
+/// reference on an `Arc<C>` taken by [`ResOwner::create`], the context of
+/// every `Cqe` in `parts.cqes`, of which there are `ntags + 1`, the last for
+/// [`TAG_REG`], and of every `Cqe` in `parts.wcqes`, one writer `Cqe` per tag;
+/// every `Cqe` names these resources as theirs; `parts.bufs` has the `nbufs`
+/// slots of the configuration. A shared reference to them outside this
+/// module's construction and destruction exists only inside a [`Held`]: so
+/// one thread at a time posts, copies and fills a slot ([`DmaBuf::quiet`]
+/// relies on it). It is not `Sync`, so a [`Held`] stays on its thread (the
+/// raw pointers already make it so, the marker says it).
 pub(crate) struct ResPtr<C: Completion> {
     id: NonNull<ffi::RdmaCmId>,
     qp: NonNull<ffi::IbQp>,
@@ -171,19 +179,138 @@ pub(crate) struct ResPtr<C: Completion> {
     ntags: u32,
     parts: ManuallyDrop<Parts>,
     ctx: *const C,
+    hold: AtomicU8,
     _not_sync: PhantomData<core::cell::Cell<()>>,
 }
 
+/// [`ResPtr::hold`]: nobody holds the resources.
+const FREE: u8 = 0;
+/// [`ResPtr::hold`]: a [`Held`] holds them.
+const HELD: u8 = 1;
+/// [`ResPtr::hold`]: [`ResOwner::destroy`] has begun; nobody holds them again.
+const DEAD: u8 = 2;
+
+/// The owner of one connection's QP resources: what the connection keeps
+/// under its `res` lock, and what alone can destroy them.
+///
+/// Dropping one without [`ResOwner::destroy`] leaks it: its QP must be
+/// destroyed, and its CQ's completion work stopped, before anything under
+/// them is freed, and only `destroy` can.
+///
+/// # Invariants
+///
+/// `self.0` points to the resources [`ResOwner::create`] boxed, live (and
+/// their QP live, `hold` not [`DEAD`]) until `destroy` consumes the owner.
+pub(crate) struct ResOwner<C: Completion>(NonNull<ResPtr<C>>);
+
 // SAFETY: The kernel objects may be used and freed from any thread, and the
 // context is an `Arc<C>` with `C: Send + Sync`, which may be dropped on any.
-unsafe impl<C: Completion> Send for ResPtr<C> {}
+// The owner reaches the resources only through a `Held` of the thread that
+// holds them.
+unsafe impl<C: Completion> Send for ResOwner<C> {}
 
-impl<C: Completion> ResPtr<C> {
+/// The resources as a completion of theirs reaches them: [`ResRef::try_hold`]
+/// is all it can do.
+///
+/// # Invariants
+///
+/// `self.0` points to live resources whose CQ runs the completion this was
+/// made for, for `'a`: freeing the CQ waits for its completion callbacks, and
+/// [`ResOwner::destroy`] frees it before the resources go.
+pub(crate) struct ResRef<'a, C: Completion>(NonNull<ResPtr<C>>, PhantomData<&'a ResPtr<C>>);
+
+impl<'a, C: Completion> ResRef<'a, C> {
+    /// # Safety
+    ///
+    /// `p` must be the address [`Cqe::res`] holds of a `Cqe` whose completion
+    /// callback runs for `'a`.
+    ///
+    /// [`Cqe::res`]: super::cq::Cqe
+    pub(super) unsafe fn from_raw(p: *const core::ffi::c_void) -> Option<Self> {
+        // INVARIANT: By the caller's guarantee; a `Cqe`'s `res` is set before
+        // any request carries it.
+        NonNull::new(p.cast::<ResPtr<C>>().cast_mut()).map(|p| Self(p, PhantomData))
+    }
+
+    /// The resources held, unless another thread holds them (a process
+    /// context's [`Conn::with_res`], the owner destroying them): `None` then,
+    /// at once. Never spins: it runs where the holder may be the task this
+    /// CPU interrupted.
+    ///
+    /// [`Conn::with_res`]: super::Conn::with_res
+    pub(crate) fn try_hold(&self) -> Option<Held<'a, C>> {
+        // SAFETY: Live for `'a` by the type invariant; only the atomic field
+        // is borrowed before the resources are held.
+        let hold = unsafe { &*core::ptr::addr_of!((*self.0.as_ptr()).hold) };
+        hold.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // INVARIANT: Set from `FREE` to `HELD` by this thread.
+        // SAFETY: Live for `'a`, and held by this thread: no other thread
+        // posts, copies or fills a slot until the `Held` goes.
+        Some(Held(unsafe { &*self.0.as_ptr() }))
+    }
+}
+
+/// Bottom halves off on this CPU while this lives (`local_bh_disable`):
+/// what runs meanwhile is not preempted, and no softirq runs on this CPU.
+/// Nothing that sleeps may run meanwhile.
+///
+/// # Invariants
+///
+/// Made only by [`BhOff::new`], which turned bottom halves off on the CPU
+/// it runs on; not `Send`, so dropped there, once.
+pub(in crate::rdma) struct BhOff(PhantomData<*mut ()>);
+
+impl BhOff {
+    /// Turns bottom halves off; they nest.
+    pub(crate) fn new() -> Self {
+        // SAFETY: Allowed in any context but hard interrupts, where no
+        // completion runs; undone once, by the drop, on this CPU (the value
+        // is not `Send`).
+        unsafe { ffi::cmecho_bh_disable() };
+        // INVARIANT: Bottom halves were turned off just above, on this CPU.
+        Self(PhantomData)
+    }
+}
+
+impl Drop for BhOff {
+    fn drop(&mut self) {
+        // SAFETY: Pairs with the `cmecho_bh_disable` of `new`, on its CPU
+        // (type invariant).
+        unsafe { ffi::cmecho_bh_enable() };
+    }
+}
+
+/// The resources, held by the calling thread until this goes: it alone posts
+/// and copies meanwhile.
+///
+/// # Invariants
+///
+/// This thread set `self.0.hold` from [`FREE`] to [`HELD`], and nothing else
+/// changes it until the drop sets it back.
+pub(crate) struct Held<'a, C: Completion>(&'a ResPtr<C>);
+
+impl<C: Completion> core::ops::Deref for Held<'_, C> {
+    type Target = ResPtr<C>;
+
+    fn deref(&self) -> &ResPtr<C> {
+        self.0
+    }
+}
+
+impl<C: Completion> Drop for Held<'_, C> {
+    fn drop(&mut self) {
+        // Release: what this thread posted and copied is seen by the next holder.
+        self.0.hold.store(FREE, Ordering::Release);
+    }
+}
+
+impl<C: Completion> ResOwner<C> {
     /// Creates PD, CQ and QP on `id`; completions go to `ctx`'s [`Completion`],
-    /// from a CQ polled by the core's workqueue, or, with `busy_poll`, by this
-    /// layer's own work item on the module's polling workqueue, which polls on
-    /// for that long after a completion before it sleeps; per CPU or
-    /// unbound, as `poll` says.
+    /// from a CQ polled where `poll` says (the core's workqueue, per CPU or
+    /// unbound, or its softirq), or, with `busy_poll`, by this layer's own
+    /// work item on the module's polling workqueue, which polls on for that
+    /// long after a completion before it sleeps.
     ///
     /// Fails with `ENODEV` while `id` has no device (its address is not resolved).
     pub(super) fn create(
@@ -193,17 +320,88 @@ impl<C: Completion> ResPtr<C> {
         poll: PollContext,
         busy_poll: Option<Delta>,
     ) -> Result<Self> {
+        // The box first: once built, the resources can only be destroyed.
+        let slot = KBox::<ResPtr<C>>::new_uninit(GFP_KERNEL)?;
         let ctx = Arc::into_raw(ctx);
         // SAFETY: `ctx` is a reference on an `Arc<C>`, given to `build`.
-        let r = unsafe { Self::build(id, ctx, cfg, poll, busy_poll) };
-        if r.is_err() {
-            // SAFETY: `ctx` came from `Arc::into_raw` above, and `build` kept no
-            // copy of it when it failed.
-            drop(unsafe { Arc::from_raw(ctx) });
+        let res = match unsafe { ResPtr::build(id, ctx, cfg, poll, busy_poll) } {
+            Ok(res) => res,
+            Err(e) => {
+                // SAFETY: `ctx` came from `Arc::into_raw` above, and `build`
+                // kept no copy of it when it failed.
+                drop(unsafe { Arc::from_raw(ctx) });
+                return Err(e);
+            }
+        };
+        let nn = NonNull::from(KBox::leak(slot.write(res)));
+        let p = nn.as_ptr();
+        // SAFETY: Just boxed: nothing else reaches it yet.
+        let parts: &mut Parts = unsafe { &mut (*p).parts };
+        // No request carries a `Cqe` yet: each learns where its resources
+        // are before the first does.
+        for c in Iterator::chain(parts.cqes.iter_mut(), parts.wcqes.iter_mut()) {
+            c.set_res(p.cast_const().cast());
         }
-        r
+        // INVARIANT: Boxed, with a live QP, `hold` `FREE`.
+        Ok(Self(nn))
     }
 
+    /// The resources, held by the calling thread, which waits while a
+    /// completion of theirs holds them (that completion posts and returns).
+    /// Process context; the caller serializes its calls (the connection's
+    /// `res` lock), so the wait is for completions only.
+    pub(crate) fn hold(&self) -> Held<'_, C> {
+        // SAFETY: Live while the owner is (type invariant); only the atomic
+        // field is borrowed before the resources are held.
+        let hold = unsafe { &*core::ptr::addr_of!((*self.0.as_ptr()).hold) };
+        while hold
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // Not `DEAD`: only `destroy` sets it, which consumes the owner.
+            kernel::processor::cpu_relax();
+        }
+        // INVARIANT: Set from `FREE` to `HELD` by this thread.
+        // SAFETY: Live, and held by this thread.
+        Held(unsafe { &*self.0.as_ptr() })
+    }
+
+    /// Destroys the QP, frees the CQ and then everything else, and drops the
+    /// context reference; returns how long each part took. See
+    /// [`ResPtr::destroy_in_place`].
+    ///
+    /// # Safety
+    ///
+    /// The CM id the resources were created on must still be live, and the caller
+    /// must not be one of these resources' own completion callbacks (freeing the
+    /// CQ waits for them).
+    pub(super) unsafe fn destroy(self) -> DestroyTimes {
+        let p = self.0.as_ptr();
+        // SAFETY: Live by the type invariant; only the atomic field is
+        // borrowed. Waits for a completion that holds the resources, then
+        // marks them dead: no completion holds them again, so none posts
+        // on the QP destroyed below.
+        let hold = unsafe { &*core::ptr::addr_of!((*p).hold) };
+        while hold
+            .compare_exchange(FREE, DEAD, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            kernel::processor::cpu_relax();
+        }
+        // SAFETY: The id is live and the caller no completion, by the
+        // caller's guarantee; `hold` is `DEAD`, so no `Held` exists or will.
+        let t = unsafe { ResPtr::destroy_in_place(p) };
+        // SAFETY: `p` came from `KBox::leak` in `create`; the owner is
+        // consumed, the CQ freed, so nothing else reaches the box any more.
+        // Its fields were dropped above but for the plain ones (`parts` is a
+        // `ManuallyDrop`, `ctx` a raw pointer), and dropping `ResPtr` drops
+        // none of them again.
+        drop(unsafe { KBox::from_raw(p) });
+        t
+    }
+}
+
+impl<C: Completion> ResPtr<C> {
     /// # Safety
     ///
     /// `ctx` must be a reference on an `Arc<C>`. On success the result owns it;
@@ -290,6 +488,7 @@ impl<C: Completion> ResPtr<C> {
                 wcqes,
             }),
             ctx,
+            hold: AtomicU8::new(FREE),
             _not_sync: PhantomData,
         })
     }
@@ -309,25 +508,29 @@ impl<C: Completion> ResPtr<C> {
     ///
     /// # Safety
     ///
-    /// The CM id the resources were created on must still be live, and the caller
-    /// must not be one of these resources' own completion callbacks (freeing the
-    /// CQ waits for them).
-    pub(super) unsafe fn destroy(self) -> DestroyTimes {
-        let mut me = ManuallyDrop::new(self);
+    /// `p` must point to resources whose `hold` is [`DEAD`], and nothing but
+    /// their completion callbacks may reach them meanwhile. The CM id they
+    /// were created on must still be live, and the caller must not be one of
+    /// their own completion callbacks (freeing the CQ waits for them). Their
+    /// fields but the plain ones are dropped: nothing may use them after.
+    unsafe fn destroy_in_place(p: *mut Self) -> DestroyTimes {
         let t0 = Instant::<Monotonic>::now();
-        // SAFETY: The QP is live by the type invariant, its id by the caller's
-        // guarantee. Once it returns the device uses neither the QP nor what
-        // its requests named, and adds no completion of its to the CQ.
-        unsafe { ffi::rdma_destroy_qp(me.id.as_ptr()) };
+        // SAFETY: `p` is live and its QP too (`DEAD` is set only just before
+        // this), its id by the caller's guarantee. Once it returns the device
+        // uses neither the QP nor what its requests named, and adds no
+        // completion of its to the CQ.
+        unsafe { ffi::rdma_destroy_qp((*p).id.as_ptr()) };
         let t1 = Instant::<Monotonic>::now();
         // SAFETY: Dropped once, here, in field order: first the CQ, which no
         // QP uses any more and whose drop (`ib_free_cq`) waits for a
         // completion callback under way and runs none after; then what the
-        // callbacks reached.
-        unsafe { ManuallyDrop::drop(&mut me.parts) };
+        // callbacks reached. A callback under way meanwhile reads its `Cqe`
+        // (in the `cqes` allocation, not in `Parts`) and `hold`, which is
+        // `DEAD`: it holds nothing.
+        unsafe { ManuallyDrop::drop(&mut (*p).parts) };
         // SAFETY: By the type invariant `ctx` is the reference `create` took on an
         // `Arc<C>`, and no `Cqe` uses it any more.
-        drop(unsafe { Arc::from_raw(me.ctx) });
+        drop(unsafe { Arc::from_raw((*p).ctx) });
         DestroyTimes {
             destroy_qp_us: crate::rdma::micros(t1 - t0),
             free_us: crate::rdma::micros(t1.elapsed()),

@@ -55,10 +55,10 @@ impl Drop for Pd {
     }
 }
 
-/// A completion queue polled on a workqueue, each completion going to the
-/// [`Cqe`] of its work request: by the core (`IB_POLL_WORKQUEUE` or
-/// `IB_POLL_UNBOUND_WORKQUEUE`), or, busy polled, by this layer's own work
-/// item ([`Poller`]).
+/// A completion queue, each completion going to the [`Cqe`] of its work
+/// request: polled by the core (`IB_POLL_WORKQUEUE`,
+/// `IB_POLL_UNBOUND_WORKQUEUE` or `IB_POLL_SOFTIRQ`), or, busy polled, by
+/// this layer's own work item ([`Poller`]).
 ///
 /// # Invariants
 ///
@@ -99,11 +99,11 @@ struct Poller {
 }
 
 impl Cq {
-    /// A CQ of `nr_cqe` entries, whose completions run on a work item, in
-    /// process context (the handlers they reach take mutexes and may
-    /// allocate), per CPU or unbound as `poll` says; with `busy_poll`, one
-    /// this layer polls on for that long after its last completion before it
-    /// sleeps again.
+    /// A CQ of `nr_cqe` entries, whose completions run where `poll` says: on
+    /// a work item in process context, per CPU or unbound, or in the CQ's
+    /// softirq; with `busy_poll`, one this layer polls on a work item (per
+    /// CPU for `Workqueue`, unbound otherwise) for that long after its last
+    /// completion before it sleeps again.
     ///
     /// # Safety
     ///
@@ -121,6 +121,7 @@ impl Cq {
             let ctx = match poll {
                 PollContext::Workqueue => ffi::IB_POLL_WORKQUEUE,
                 PollContext::UnboundWorkqueue => ffi::IB_POLL_UNBOUND_WORKQUEUE,
+                PollContext::Softirq => ffi::IB_POLL_SOFTIRQ,
             };
             // SAFETY: `dev` is live by the caller's guarantee.
             let p = from_err_ptr(unsafe { ffi::cmecho_cq_alloc(dev.as_ptr(), nr_cqe, ctx) })?;
@@ -178,7 +179,7 @@ impl Drop for Cq {
             unsafe { ffi::disable_work_sync(p.work.get()) };
         }
         // SAFETY: Live by the type invariant, and no QP uses it any more (see
-        // `ResPtr::destroy`); `ib_free_cq` waits for the core's completion
+        // `ResOwner::destroy`); `ib_free_cq` waits for the core's completion
         // work, and a busy-polled CQ's work is disabled above. After it the
         // provider calls no completion handler of the CQ, and the poller may
         // go.
@@ -289,7 +290,7 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: Live by the type invariant; the QP that used it is destroyed
-        // first (`ResPtr::destroy`). A failure leaves nothing to do.
+        // first (`ResOwner::destroy`). A failure leaves nothing to do.
         // A kernel MR has no user data (`ib_dereg_mr`, a static inline).
         let _ = unsafe { ffi::ib_dereg_mr_user(self.0.as_ptr(), core::ptr::null_mut()) };
     }

@@ -62,7 +62,7 @@ impl<C: Completion> ResPtr<C> {
             return Err(EINVAL);
         }
         let addr = b.dma + u64::from(off);
-        // SAFETY: Only the thread holding `self`, which is not `Sync`, posts. The
+        // SAFETY: Only the thread holding `self` (a `Held`) posts. The
         // buffer, and so its `writers`, lives until `destroy` has freed the CQ.
         // `post` posts one request writing only this buffer, by the caller's
         // guarantee.

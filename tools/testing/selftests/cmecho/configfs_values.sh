@@ -34,7 +34,7 @@ declare -A BAD=(
 	[accept_timeout_ms]="|abc|0|99|600001|-1|$HUGE"
 	[echo_timeout_ms]="|abc|0|99|600001|-1|unset|$HUGE"
 	[busy_poll_us]="|abc|10001|-1|unset|1.5|$HUGE"
-	[poll_context]="|WORKQUEUE|softirq|direct|workqueuex|unbound|unset|$HUGE"
+	[poll_context]="|WORKQUEUE|SOFTIRQ|soft_irq|direct|workqueuex|unbound|unset|$HUGE"
 )
 ATTRS="role addr port ack_timeout count size clients enable min_rnr_timer retry_count
 rnr_retry_count tos ece_vendor_id ece_attr_mod ece_policy initiator_depth
@@ -148,7 +148,7 @@ for kv in ack_timeout=14 min_rnr_timer=12 retry_count=5 rnr_retry_count=3 tos=32
 	resolve_retries=0 resolve_retries=10 connect_timeout_ms=100 connect_timeout_ms=600000 \
 	accept_timeout_ms=100 accept_timeout_ms=600000 echo_timeout_ms=100 echo_timeout_ms=600000 \
 	busy_poll_us=10000 busy_poll_us=0 busy_poll_us=200 poll_context=workqueue \
-	poll_context=unbound_workqueue poll_context=workqueue; do
+	poll_context=unbound_workqueue poll_context=softirq poll_context=workqueue; do
 	a=${kv%%=*}
 	v=${kv#*=}
 	write $a "$v" >/dev/null

@@ -79,12 +79,14 @@ peer_run good 7300 good
 ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
 	test "$STATE" = done -a "$PEER_RC" = 0
 
-# Two of them with the client's CQ busy-polled (busy_poll_us), two on the
-# core's per-CPU workqueue (poll_context): the same checks.
+# Two of them with the client's CQ busy-polled (busy_poll_us), one on the
+# core's per-CPU workqueue, one in softirq (poll_context; the client's
+# completions then go to cmecho's workqueue, in order): the same checks.
 port=7301
 for mode in dup unsolicited short corrupt; do
 	case $mode in
 	dup | corrupt) knob=busy_poll_us=200 ;;
+	unsolicited) knob=poll_context=softirq ;;
 	*) knob=poll_context=workqueue ;;
 	esac
 	peer_run $mode $port $mode $knob
@@ -171,7 +173,7 @@ silent_end dead
 mute_check rmute 7308 "an rping server" "ping 0: no answer within echo_timeout_ms 2000" \
 	mode=rping count=5
 
-# idle_check EP MODE PORT: the peer connects to server EP (MODE) and sends
+# idle_check EP MODE PORT [KNOB]: the peer connects to server EP (MODE) and sends
 # nothing; once it is established, its namespace's egress is cut, as if its
 # host had died. The server probes a connection idle for 10 s, and ends it when
 # the probe is not acknowledged 10 s later (the peer's connect request asked
@@ -179,7 +181,7 @@ mute_check rmute 7308 "an rping server" "ping 0: no answer within echo_timeout_m
 idle_check() {
 	local ep=$1 mode=$2 port=$3 pid t0
 	tc -n $NS_B qdisc add dev vb root netem loss 0%
-	endpoint $NS_A $ep role=server mode=$mode addr=$ADDR_A port=$port ack_timeout=14 enable=1
+	endpoint $NS_A $ep role=server mode=$mode addr=$ADDR_A port=$port ack_timeout=14 $4 enable=1
 	ip netns exec $NS_B "$PEER" rping $ADDR_A $port idle >/tmp/peer_idle.log 2>&1 &
 	pid=$!
 	wait_for 600 grep -q "idle: established" /tmp/peer_idle.log &&
@@ -197,7 +199,9 @@ idle_check() {
 	wait $pid
 	sed 's/^/# peer idle: /' /tmp/peer_idle.log
 }
-idle_check idle_echo echo 7311
+# The echo server in softirq: its probe, and the probe's failure, go to
+# process context, the way a softirq CQ defers what its fast path leaves.
+idle_check idle_echo echo 7311 poll_context=softirq
 idle_check idle_rping rping 7312
 
 # Four connect requests that get a reply and never the RTU: the server's new

@@ -8,7 +8,7 @@
 # that one that goes away (or a module loaded without its tests) fails.
 . "$(dirname "$0")/lib.sh"
 
-MIN_SUITES=12
+MIN_SUITES=13
 ktap_print_header
 dmesg_mark
 debugfs_on

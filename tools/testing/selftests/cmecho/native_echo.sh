@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 20
+ktap_set_plan 21
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
@@ -62,18 +62,22 @@ ktap_check "poll_context unbound_workqueue (the default): the 8 clients' and the
 	test $n -ge 16
 
 # pc_run NAME SERVER_KNOBS CLIENT_KNOBS: a 3 s depth-8 echo of 4 KiB
-# messages; true when every echo was verified and neither side counted an
-# error.
+# messages; true when every echo was verified, neither side counted an
+# error, and the server echoed every byte the client got back. Leaves the
+# server's softirq_pings in SOFT.
 pc_run() {
 	endpoint $NS_A ${1}s role=server mode=echo depth=8 size=4096 addr=$ADDR_A port=7175 $2 enable=1
 	endpoint $NS_B ${1}c role=client mode=echo addr=$ADDR_A port=7175 size=4096 depth=8 \
 		duration_ms=3000 $3 enable=1
 	wait_done ${1}c 120
 	ktap_print_msg "${1}c: $(<$CFS/${1}c/state); $(grep -E '^(pings|verify_errors|rtt_p50_us|rtt_p99_us) ' $CFS/${1}c/stats | tr '\n' ' ')"
+	ktap_print_msg "${1}s: $(grep -E '^(pings|bytes|softirq_pings) ' $CFS/${1}s/stats | tr '\n' ' ')"
 	local r=1
+	SOFT=$(ep_get ${1}s stats softirq_pings)
 	[ "$(<$CFS/${1}c/state)" = done ] && [ "$(ep_get ${1}c stats pings)" -gt 8 ] &&
 		[ "$(ep_get ${1}c stats verify_errors)" = 0 ] && [ "$(ep_get ${1}c stats errors)" = 0 ] &&
-		[ "$(ep_get ${1}s stats errors)" = 0 ] && r=0
+		[ "$(ep_get ${1}s stats errors)" = 0 ] &&
+		[ "$(ep_get ${1}s stats bytes)" = "$(ep_get ${1}c stats bytes)" ] && r=0
 	rmdir $CFS/${1}c $CFS/${1}s
 	return $r
 }
@@ -82,8 +86,19 @@ pc_run w poll_context=workqueue poll_context=workqueue
 ok=$?
 n=$(polled WORKQUEUE)
 ktap_print_msg "CQs allocated for the per-CPU workqueue: $n"
-ktap_check "poll_context workqueue: both sides' CQs polled on the core's per-CPU workqueue, echoes at depth 8 verified" \
-	test $ok = 0 -a $n -ge 2
+ktap_check "poll_context workqueue: both sides' CQs polled on the core's per-CPU workqueue, echoes at depth 8 verified, none in softirq" \
+	test $ok = 0 -a $n -ge 2 -a "$SOFT" = 0
+
+# softirq on both sides: the server's connection posts each echo, and
+# reposts each receive, in its CQ's softirq (softirq_pings counts those);
+# the client's completions, which have no fast path, go in order to
+# cmecho's workqueue. Echoes verified all the same.
+pc_run s poll_context=softirq poll_context=softirq
+ok=$?
+n=$(polled SOFTIRQ)
+ktap_print_msg "CQs allocated for softirq polling: $n; the server's echoes completed in softirq: $SOFT"
+ktap_check "poll_context softirq: both sides' CQs polled in softirq, the server echoing there, echoes at depth 8 verified" \
+	test $ok = 0 -a $n -ge 2 -a "${SOFT:-0}" -gt 8
 
 # busy_poll_us on both sides: each connection's CQ is polled by cmecho's own
 # work item, which polls on for 500 us after each completion; the echoes are
