@@ -196,9 +196,12 @@ echo_servers() {
 echo_servers esrv 7300 depth=$BW_DEPTH mem_budget_kib=65536 || exit 1
 echo_servers bsrv 7320 depth=1 busy_poll_us=$BUSY_POLL_US || exit 1
 echo_servers wsrv 7340 depth=1 poll_context=workqueue || exit 1
+# One whose connections' CQs run in softirq, where it echoes (1d).
+echo_servers ssrv 7360 depth=1 poll_context=softirq || exit 1
 port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
 bport_of() { echo $(($(port_of $1) + 20)); }
 wport_of() { echo $(($(port_of $1) + 40)); }
+sport_of() { echo $(($(port_of $1) + 60)); }
 # The CM setup's 500 connections at once: above max_conns' default of 256.
 endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
 
@@ -247,6 +250,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		progress "rtt $s B: cmecho, both sides busy-polled"
 		cmecho_run latbp 300 $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US
 		record "rtt_$s" cmecho_bp "$KV busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
+		progress "rtt $s B: cmecho, the server in softirq, the client busy-polled"
+		cmecho_run latsq 300 $s 1 $n - port=$(sport_of $s) busy_poll_us=$BUSY_POLL_US
+		record "rtt_$s" cmecho_sq "$KV server_poll_context=softirq busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
 		progress "rtt $s B: ib_send_lat -R"
 		out=$(perftest ib_send_lat -s $s -n $n)
 		line=$(perftest_line $s <<<"$out")
