@@ -190,6 +190,18 @@ const HELD: u8 = 1;
 /// [`ResPtr::hold`]: [`ResOwner::destroy`] has begun; nobody holds them again.
 const DEAD: u8 = 2;
 
+/// Sets `hold` from [`FREE`] to `to`, waiting while another thread holds the
+/// resources: process context only, whose holders are completions that post
+/// and return.
+fn take_waiting(hold: &AtomicU8, to: u8) {
+    while hold
+        .compare_exchange(FREE, to, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        kernel::processor::cpu_relax();
+    }
+}
+
 /// The owner of one connection's QP resources: what the connection keeps
 /// under its `res` lock, and what alone can destroy them.
 ///
@@ -239,9 +251,8 @@ impl<'a, C: Completion> ResRef<'a, C> {
     ///
     /// [`Conn::with_res`]: super::Conn::with_res
     pub(crate) fn try_hold(&self) -> Option<Held<'a, C>> {
-        // SAFETY: Live for `'a` by the type invariant; only the atomic field
-        // is borrowed before the resources are held.
-        let hold = unsafe { &*core::ptr::addr_of!((*self.0.as_ptr()).hold) };
+        // SAFETY: Live for `'a` by the type invariant.
+        let hold = unsafe { ResPtr::hold_word(self.0) };
         hold.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
         // INVARIANT: Set from `FREE` to `HELD` by this thread.
@@ -351,16 +362,10 @@ impl<C: Completion> ResOwner<C> {
     /// Process context; the caller serializes its calls (the connection's
     /// `res` lock), so the wait is for completions only.
     pub(crate) fn hold(&self) -> Held<'_, C> {
-        // SAFETY: Live while the owner is (type invariant); only the atomic
-        // field is borrowed before the resources are held.
-        let hold = unsafe { &*core::ptr::addr_of!((*self.0.as_ptr()).hold) };
-        while hold
-            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            // Not `DEAD`: only `destroy` sets it, which consumes the owner.
-            kernel::processor::cpu_relax();
-        }
+        // SAFETY: Live while the owner is (type invariant).
+        let hold = unsafe { ResPtr::hold_word(self.0) };
+        // Not `DEAD`: only `destroy` sets it, which consumes the owner.
+        take_waiting(hold, HELD);
         // INVARIANT: Set from `FREE` to `HELD` by this thread.
         // SAFETY: Live, and held by this thread.
         Held(unsafe { &*self.0.as_ptr() })
@@ -377,17 +382,12 @@ impl<C: Completion> ResOwner<C> {
     /// CQ waits for them).
     pub(super) unsafe fn destroy(self) -> DestroyTimes {
         let p = self.0.as_ptr();
-        // SAFETY: Live by the type invariant; only the atomic field is
-        // borrowed. Waits for a completion that holds the resources, then
-        // marks them dead: no completion holds them again, so none posts
-        // on the QP destroyed below.
-        let hold = unsafe { &*core::ptr::addr_of!((*p).hold) };
-        while hold
-            .compare_exchange(FREE, DEAD, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            kernel::processor::cpu_relax();
-        }
+        // SAFETY: Live by the type invariant.
+        let hold = unsafe { ResPtr::hold_word(self.0) };
+        // Waits for a completion that holds the resources, then marks them
+        // dead: no completion holds them again, so none posts on the QP
+        // destroyed below.
+        take_waiting(hold, DEAD);
         // SAFETY: The id is live and the caller no completion, by the
         // caller's guarantee; `hold` is `DEAD`, so no `Held` exists or will.
         let t = unsafe { ResPtr::destroy_in_place(p) };
@@ -402,6 +402,18 @@ impl<C: Completion> ResOwner<C> {
 }
 
 impl<C: Completion> ResPtr<C> {
+    /// The holder word of the resources at `p`, borrowed alone, before they
+    /// are held (a shared reference to the rest would not be one thread's).
+    ///
+    /// # Safety
+    ///
+    /// `p` must point to live resources for `'a`.
+    unsafe fn hold_word<'a>(p: NonNull<Self>) -> &'a AtomicU8 {
+        // SAFETY: Live for `'a` by the caller's guarantee; only the atomic
+        // field is borrowed.
+        unsafe { &*core::ptr::addr_of!((*p.as_ptr()).hold) }
+    }
+
     /// # Safety
     ///
     /// `ctx` must be a reference on an `Arc<C>`. On success the result owns it;
