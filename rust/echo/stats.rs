@@ -39,6 +39,7 @@ pub(crate) struct Stats {
     pub(crate) softirq_pings: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
     pub(crate) wc_errors: [(u32, u64); 8],
+    /// The round trips' summary, copied from [`Rtt`] when the stats are read.
     pub(crate) rtt_n: u64,
     pub(crate) rtt_sum_us: u64,
     pub(crate) rtt_min_us: u64,
@@ -55,20 +56,6 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    pub(super) fn record_rtt(&mut self, ns: u64) {
-        let us = ns.div_ceil(1000);
-        if self.rtt_n == 0 || us < self.rtt_min_us {
-            self.rtt_min_us = us;
-        }
-        if us > self.rtt_max_us {
-            self.rtt_max_us = us;
-        }
-        self.rtt_n += 1;
-        self.rtt_sum_us += us;
-        let bucket = (63 - us.max(1).leading_zeros()).min(31) as usize;
-        self.rtt_hist[bucket] += 1;
-    }
-
     /// Records how a connection's failure was detected (see
     /// [`ConnCounters::detect_us`]).
     pub(crate) fn record_detection(&mut self, us: u64) {
@@ -114,6 +101,67 @@ pub(crate) struct RttSamples {
     seen: u64,
     /// State of the xorshift generator that picks the reservoir's victims.
     rng: u64,
+}
+
+/// The round-trip times of a run: the stats' summary of them (`rtt_*`) and
+/// the samples behind their percentiles. Under a lock of its own, a
+/// `SpinLockIrq` (`Shared::rtt`), so that a completion recording one may run
+/// in the CQ's softirq.
+pub(crate) struct Rtt {
+    pub(super) samples: RttSamples,
+    n: u64,
+    sum_us: u64,
+    min_us: u64,
+    max_us: u64,
+    hist: [u64; 32],
+}
+
+impl Rtt {
+    pub(super) const fn new() -> Self {
+        Self {
+            samples: RttSamples::new(),
+            n: 0,
+            sum_us: 0,
+            min_us: 0,
+            max_us: 0,
+            hist: [0; 32],
+        }
+    }
+
+    /// Forgets every round trip, keeping the samples' memory.
+    pub(super) fn reset(&mut self) {
+        self.samples.reset();
+        self.n = 0;
+        self.sum_us = 0;
+        self.min_us = 0;
+        self.max_us = 0;
+        self.hist = [0; 32];
+    }
+
+    /// Records a round trip of `ns` nanoseconds. Never allocates.
+    pub(super) fn record(&mut self, ns: u64) {
+        let us = ns.div_ceil(1000);
+        if self.n == 0 || us < self.min_us {
+            self.min_us = us;
+        }
+        if us > self.max_us {
+            self.max_us = us;
+        }
+        self.n += 1;
+        self.sum_us += us;
+        let bucket = (63 - us.max(1).leading_zeros()).min(31) as usize;
+        self.hist[bucket] += 1;
+        self.samples.record(ns);
+    }
+
+    /// Copies the summary into `s`' `rtt_*` fields.
+    pub(super) fn summary_into(&self, s: &mut Stats) {
+        s.rtt_n = self.n;
+        s.rtt_sum_us = self.sum_us;
+        s.rtt_min_us = self.min_us;
+        s.rtt_max_us = self.max_us;
+        s.rtt_hist = self.hist;
+    }
 }
 
 /// How many round-trip times [`RttSamples`] keeps: 256 KiB per client endpoint.
@@ -174,14 +222,19 @@ impl RttSamples {
         self.kept.len()
     }
 
-    /// Copies into `v` (emptied first) as many kept samples as its capacity
-    /// holds, for percentiles computed without the lock. Never allocates: the
+    /// Appends to `v` the kept samples from `v.len()` on, at most `max` and
+    /// no more than its capacity holds; whether some are left. For
+    /// percentiles computed without the lock, a part at a time, so that the
+    /// copy does not keep interrupts off for long. Never allocates: the
     /// caller made the room before taking the lock that completions take.
-    pub(super) fn copy_into(&self, v: &mut KVVec<u32>) {
-        v.clear();
-        let n = self.kept.len().min(v.capacity());
-        // Within capacity: `GFP_NOWAIT` is never used to allocate.
-        let _ = v.extend_from_slice(&self.kept[..n], GFP_NOWAIT);
+    pub(super) fn copy_more(&self, v: &mut KVVec<u32>, max: usize) -> bool {
+        let end = self.kept.len().min(v.capacity());
+        let to = end.min(v.len().saturating_add(max));
+        if let Some(part) = self.kept.get(v.len()..to) {
+            // Within capacity: `GFP_NOWAIT` is never used to allocate.
+            let _ = v.extend_from_slice(part, GFP_NOWAIT);
+        }
+        to < end
     }
 }
 
@@ -298,19 +351,28 @@ mod tests {
         // Room for fewer than are kept: the first ones, and no growth.
         let mut v = KVVec::with_capacity(4, GFP_KERNEL).unwrap();
         let cap = v.capacity();
-        r.copy_into(&mut v);
+        while r.copy_more(&mut v, 64) {}
         assert_eq!(v.len(), cap.min(10));
         assert!(v.iter().enumerate().all(|(i, &x)| x as usize == i + 1));
         assert_eq!(v.capacity(), cap);
-        // Room for all: all of them, the old content replaced.
+        // Room for all, 3 at a time: all of them, in order.
         let mut v = KVVec::with_capacity(r.len(), GFP_KERNEL).unwrap();
-        v.push(99, GFP_KERNEL).unwrap();
-        r.copy_into(&mut v);
+        assert!(r.copy_more(&mut v, 3));
+        assert_eq!(v.len(), 3);
+        let mut parts = 1;
+        while r.copy_more(&mut v, 3) {
+            parts += 1;
+        }
+        assert_eq!(parts, 3);
         assert_eq!(v.len(), 10);
-        assert_eq!(v[9], 10);
+        assert!(v.iter().enumerate().all(|(i, &x)| x as usize == i + 1));
+        // Fewer kept than copied already (a reset meanwhile): nothing more.
+        r.reset();
+        assert!(!r.copy_more(&mut v, 3));
+        assert_eq!(v.len(), 10);
         // No room at all: an empty copy.
         let mut v = KVVec::new();
-        r.copy_into(&mut v);
+        assert!(!r.copy_more(&mut v, 3));
         assert_eq!(v.len(), 0);
     }
 }

@@ -26,6 +26,8 @@
 //!    nothing of cmecho's, and `cmecho_timer_handler`, the spinlock of the
 //!    endpoint's timer (a server's accept deadline, the connections' watch),
 //!    taken when it is armed.
+//! 6. `cmecho_shared_rtt` (the endpoint's round trips), a spinlock with
+//!    interrupts off: innermost, nothing is taken under it.
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the
@@ -51,7 +53,7 @@ use super::admission;
 use super::config::{Addr, Config, Role};
 use super::error_text::ErrorText;
 use super::limits::Refusal;
-use super::stats::{ReadBack, RttSamples, Stats, StatsReading};
+use super::stats::{ReadBack, Rtt, RttSamples, Stats, StatsReading};
 use crate::rdma::params::Ece;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::{
@@ -61,7 +63,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::str::CString;
-use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
+use kernel::sync::{new_condvar, new_mutex, new_spinlock_irq, Arc, CondVar, Mutex, SpinLockIrq};
 use kernel::time::{msecs_to_jiffies, Delta, Instant, Monotonic};
 
 /// An endpoint's state, as `state` shows it.
@@ -130,8 +132,6 @@ struct Inner {
     state: State,
     last_error: ErrorText,
     stats: Stats,
-    /// The round-trip times behind `stats`' percentiles.
-    rtt: RttSamples,
     read_back: Option<ReadBack>,
     run: Run,
     /// Client connection setups still running on the workqueue, the enabling
@@ -157,6 +157,11 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     #[pin]
     changed: CondVar,
+    /// The round trips behind `stats`' `rtt_*` and percentiles: recorded by
+    /// client completions, which may run in the CQ's softirq, so under a
+    /// `SpinLockIrq`, taken last (after `inner` where both are held).
+    #[pin]
+    rtt: SpinLockIrq<Rtt>,
     /// A server's accept deadline, armed while an accepted connection is not
     /// established, and the connections' watch, armed while one wants it
     /// ([`EchoConn::tick`]). Disarmed by `stop`.
@@ -202,7 +207,6 @@ impl Endpoint {
                     state: State::Idle,
                     last_error: ErrorText::new(),
                     stats: Stats::default(),
-                    rtt: RttSamples::new(),
                     read_back: None,
                     run: Run::new(),
                     setups: 0,
@@ -211,6 +215,7 @@ impl Endpoint {
                     reaper_armed: false,
                 }, "cmecho_shared_inner"),
                 changed <- new_condvar!("cmecho_shared_changed"),
+                rtt <- new_spinlock_irq!(Rtt::new(), "cmecho_shared_rtt"),
                 reaper: Timer::new()?,
                 fast_bytes: AtomicU64::new(0),
                 fast_pings: AtomicU64::new(0),
@@ -308,13 +313,13 @@ impl Endpoint {
         // meanwhile: the endpoint is not enabled, and `ctl` keeps other enables out;
         // `changing` keeps attribute writes (a change of role) out meanwhile.
         let client = g.cfg.role == Role::Client;
-        let mut room = core::mem::replace(&mut g.rtt, RttSamples::new());
+        let mut room = core::mem::replace(&mut sh.rtt.lock().samples, RttSamples::new());
         g.changing = true;
         drop(g);
         let reserved = if client { room.reserve() } else { Ok(()) };
         let mut g = sh.inner.lock();
         g.changing = false;
-        g.rtt = room;
+        sh.rtt.lock().samples = room;
         if reserved.is_err() {
             set_error(
                 &mut g,
@@ -334,7 +339,7 @@ impl Endpoint {
         g.stats = Stats::default();
         self.shared.fast_bytes.store(0, Ordering::Relaxed);
         self.shared.fast_pings.store(0, Ordering::Relaxed);
-        g.rtt.reset();
+        self.shared.rtt.lock().reset();
         g.read_back = None;
         g.last_error.clear();
         match cfg.role {
@@ -414,7 +419,7 @@ impl Endpoint {
         // The room for a copy of the samples is made before the lock is taken
         // for the snapshot: completions take that lock on every echo. Samples
         // recorded in between are left out of this reading.
-        let kept = self.shared.inner.lock().rtt.len();
+        let kept = self.shared.rtt.lock().samples.len();
         let mut samples = KVVec::with_capacity(kept, GFP_KERNEL);
         let g = self.shared.inner.lock();
         let mut stats = g.stats;
@@ -422,8 +427,11 @@ impl Endpoint {
         stats.softirq_pings = self.shared.fast_pings.load(Ordering::Relaxed);
         stats.pings += stats.softirq_pings;
         let active = g.run.established();
+        self.shared.rtt.lock().summary_into(&mut stats);
+        // A part at a time: completions in softirq record under that lock.
+        // A part may be of samples recorded after the summary.
         if let Ok(v) = samples.as_mut() {
-            g.rtt.copy_into(v);
+            while self.shared.rtt.lock().samples.copy_more(v, 4096) {}
         }
         drop(g);
         StatsReading {

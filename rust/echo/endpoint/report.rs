@@ -83,9 +83,8 @@ impl Shared {
         self.fast_pings.fetch_add(pings, Ordering::Relaxed);
     }
 
-    /// Updates the stats with `f` and records a round-trip time, under one
-    /// lock; the round trip, of a `size`-byte message on connection `conn`, also
-    /// goes to its tracepoint.
+    /// Updates the stats with `f`, then records a round-trip time
+    /// ([`Shared::record_rtt`]).
     pub(in crate::echo) fn stats_rtt(
         &self,
         conn: u32,
@@ -93,18 +92,19 @@ impl Shared {
         rtt: Option<Delta>,
         f: impl FnOnce(&mut Stats),
     ) {
-        let ns = rtt.map(|d| u64::try_from(d.as_nanos()).unwrap_or(0));
-        {
-            let mut g = self.inner.lock();
-            f(&mut g.stats);
-            if let Some(ns) = ns {
-                g.stats.record_rtt(ns);
-                g.rtt.record(ns);
-            }
+        f(&mut self.inner.lock().stats);
+        if let Some(d) = rtt {
+            self.record_rtt(conn, size, d);
         }
-        if let Some(ns) = ns {
-            crate::rdma::trace::echo_rtt(self.c_name(), conn, size, ns);
-        }
+    }
+
+    /// Records a round trip of `d`, of a `size`-byte message on connection
+    /// `conn`, and sends it to its tracepoint. Takes no sleeping lock: a
+    /// fast path (`ConnHandler::fast_completion`) may call it.
+    pub(in crate::echo) fn record_rtt(&self, conn: u32, size: u32, d: Delta) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(0);
+        self.rtt.lock().record(ns);
+        crate::rdma::trace::echo_rtt(self.c_name(), conn, size, ns);
     }
 
     /// Counts a failed completion with `status` on connection `conn`, and, in
