@@ -34,8 +34,9 @@ pub(crate) struct Stats {
     /// Errors not logged because of the rate limit (all are counted in
     /// `errors`, and the last is `last_error`).
     pub(crate) logs_suppressed: u64,
-    /// Of `pings`, the echoes a server's fast path completed in the CQ's
-    /// softirq.
+    /// Of `pings`, the echoes a fast path completed in the CQ's softirq: on
+    /// a server, those whose echo's SEND completed there; on a client, those
+    /// whose echo was verified there.
     pub(crate) softirq_pings: u64,
     /// Failed work completions by `ib_wc_status` (the first few statuses seen).
     pub(crate) wc_errors: [(u32, u64); 8],

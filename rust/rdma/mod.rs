@@ -89,7 +89,7 @@ pub(crate) fn micros(d: kernel::time::Delta) -> u64 {
     reason = "each module that builds the layer uses a part of it"
 )]
 pub(crate) use {
-    conn::{Conn, ConnHandler, ConnState, ConnectStep, Connector, EndReason, Fast, FastDone},
+    conn::{Conn, ConnHandler, ConnState, ConnectStep, Connector, EndReason, Fast, FastDone, Post},
     cq::WcError,
     error::{log_ratelimit, StepError},
     event::EventKind,

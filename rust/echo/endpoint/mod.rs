@@ -15,8 +15,6 @@
 //!    service's callbacks run (see `crate::rdma::conn`).
 //! 3. A connection's ULP state: `cmecho_native_srv_st`, `cmecho_native_cli_st`,
 //!    `cmecho_rping_cli_progress`, `cmecho_rping_srv_progress`. Never two at once.
-//!    A native server connection's `cmecho_native_srv_hot` (a spinlock with
-//!    interrupts off, taken in the CQ's softirq too) nests with nothing.
 //! 4. `Shared::inner` (`cmecho_shared_inner`): the endpoint's state, stats and
 //!    connection list. Calls into a connection's state below it, never into a
 //!    ULP state above it.
@@ -26,8 +24,12 @@
 //!    nothing of cmecho's, and `cmecho_timer_handler`, the spinlock of the
 //!    endpoint's timer (a server's accept deadline, the connections' watch),
 //!    taken when it is armed.
-//! 6. `cmecho_shared_rtt` (the endpoint's round trips), a spinlock with
-//!    interrupts off: innermost, nothing is taken under it.
+//! 6. Spinlocks with interrupts off, taken in the CQ's softirq too (a fast
+//!    path, `ConnHandler::fast_completion`), innermost: nothing is taken
+//!    under them, and they may be taken under any of the above, and under
+//!    the QP resources a fast path holds. A native echo connection's
+//!    `cmecho_native_srv_hot` or `cmecho_native_cli_hot`, then, never
+//!    within one of those, `cmecho_shared_rtt` (the endpoint's round trips).
 //!
 //! No lock of 1 to 5 is held across a call that destroys a listener or a
 //! connection (`Listener::stop`, `Conn::close_and_wait`): those wait for the

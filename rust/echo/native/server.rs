@@ -14,7 +14,8 @@ use crate::rdma::params::PrivateData;
 use crate::rdma::verbs::QpConfig;
 use crate::rdma::WcError;
 use crate::rdma::{
-    Conn, ConnHandler, ConnectRequest, EndReason, Fast, FastDone, Reject, RejectReason, StepError,
+    Conn, ConnHandler, ConnectRequest, EndReason, Fast, FastDone, Post, Reject, RejectReason,
+    StepError,
 };
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, Mutex, SpinLockIrq};

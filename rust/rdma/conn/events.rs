@@ -108,7 +108,10 @@ impl<H: ConnHandler> Conn<H> {
                 // waiting for.
                 let _bh = BhOff::new();
                 if let Some(held) = res.try_hold() {
-                    let fast = Fast { res: &held };
+                    let fast = Fast {
+                        res: &held,
+                        serial: this.serial,
+                    };
                     if this.handler.fast_completion(&fast, tag, len) == FastDone::Done {
                         return;
                     }

@@ -209,20 +209,71 @@ pub(crate) enum FastDone {
 }
 
 /// What a connection's fast path ([`ConnHandler::fast_completion`]) may use:
-/// its QP resources, held by it, for posting, and nothing that sleeps.
+/// its QP resources, held by it, for posting and copying ([`Post`]), the
+/// connection's number, and nothing that sleeps.
 pub(crate) struct Fast<'a, H: ConnHandler> {
     res: &'a verbs::ResPtr<Conn<H>>,
+    serial: u32,
 }
 
 impl<H: ConnHandler> Fast<'_, H> {
+    /// [`Conn::serial`].
+    pub(crate) fn serial(&self) -> u32 {
+        self.serial
+    }
+}
+
+/// What the thread holding a connection's QP resources can do with them
+/// without sleeping: post, and copy to or from its buffers. Both holders have
+/// it: process context in [`Conn::with_res`] (a [`verbs::ResPtr`]) and a fast
+/// path ([`Fast`]), so a ULP writes each step once for both.
+pub(crate) trait Post {
     /// [`ResPtr::post_send`](verbs::ResPtr::post_send).
-    pub(crate) fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+    fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result;
+
+    /// [`ResPtr::post_recv`](verbs::ResPtr::post_recv).
+    fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result;
+
+    /// [`ResPtr::produce_buf`](verbs::ResPtr::produce_buf).
+    fn produce_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &mut [u8])) -> Result;
+
+    /// [`ResPtr::scan_buf`](verbs::ResPtr::scan_buf).
+    fn scan_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &[u8]) -> bool) -> Result<bool>;
+}
+
+impl<C: super::cq::Completion> Post for verbs::ResPtr<C> {
+    fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+        verbs::ResPtr::post_send(self, tag, idx, off, len)
+    }
+
+    fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+        verbs::ResPtr::post_recv(self, tag, idx, off, len)
+    }
+
+    fn produce_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &mut [u8])) -> Result {
+        verbs::ResPtr::produce_buf(self, idx, len, f)
+    }
+
+    fn scan_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &[u8]) -> bool) -> Result<bool> {
+        verbs::ResPtr::scan_buf(self, idx, len, f)
+    }
+}
+
+impl<H: ConnHandler> Post for Fast<'_, H> {
+    fn post_send(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
         self.res.post_send(tag, idx, off, len)
     }
 
-    /// [`ResPtr::post_recv`](verbs::ResPtr::post_recv).
-    pub(crate) fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
+    fn post_recv(&self, tag: u32, idx: u32, off: u32, len: u32) -> Result {
         self.res.post_recv(tag, idx, off, len)
+    }
+
+    fn produce_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &mut [u8])) -> Result {
+        self.res.produce_buf(idx, len, f)
+    }
+
+    fn scan_buf(&self, idx: u32, len: u32, f: impl FnMut(usize, &[u8]) -> bool) -> Result<bool> {
+        self.res.scan_buf(idx, len, f)
     }
 }
 

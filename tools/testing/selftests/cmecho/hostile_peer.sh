@@ -75,18 +75,22 @@ peer_run() {
 	ktap_print_msg "peer $mode: exit $PEER_RC"
 }
 
-peer_run good 7300 good
-ktap_check "control: the peer echoing correctly serves 20 verified echoes" \
+# The client's CQ in softirq (poll_context), where it verifies the echoes
+# and sends the next messages; the last echo finishes the run from cmecho's
+# workqueue.
+peer_run good 7300 good poll_context=softirq
+ktap_check "control: the peer echoing correctly serves 20 verified echoes (client in softirq)" \
 	test "$STATE" = done -a "$PEER_RC" = 0
 
-# Two of them with the client's CQ busy-polled (busy_poll_us), one on the
-# core's per-CPU workqueue, one in softirq (poll_context; the client's
-# completions then go to cmecho's workqueue, in order): the same checks.
+# One with the client's CQ busy-polled (busy_poll_us), one on the core's
+# per-CPU workqueue, two in softirq (poll_context: the client's fast path
+# hands the message nobody asked for and the corrupted echo, having done
+# nothing of them, to cmecho's workqueue, in order): the same checks.
 port=7301
 for mode in dup unsolicited short corrupt; do
 	case $mode in
-	dup | corrupt) knob=busy_poll_us=200 ;;
-	unsolicited) knob=poll_context=softirq ;;
+	dup) knob=busy_poll_us=200 ;;
+	unsolicited | corrupt) knob=poll_context=softirq ;;
 	*) knob=poll_context=workqueue ;;
 	esac
 	peer_run $mode $port $mode $knob
@@ -102,7 +106,9 @@ done
 # Four copies of the last echo right behind it: they arrive when the client
 # has all it asked for and its close is under way (in the same completion
 # batch, as a rule), and must be ignored: the run is done, nothing more.
-peer_run burst 7305 burst
+# The client in softirq: its fast path hands the last echo, and whatever
+# comes behind it, to cmecho's workqueue.
+peer_run burst 7305 burst poll_context=softirq
 ktap_check "extra echoes right behind the last one: ignored, the run is done" \
 	test "$STATE" = done
 
@@ -142,8 +148,10 @@ mute_check() {
 	silent_end $ep
 }
 
+# The echo client in softirq: its fast path stamps the message's
+# acknowledgement, which the watch reads in process context.
 mute_check mute 7306 "an echo peer" "no echo of message 0 within echo_timeout_ms 2000" \
-	mode=echo count=20 depth=1
+	mode=echo count=20 depth=1 poll_context=softirq
 
 # The same peer, then the path cut: the client has nothing outstanding but
 # its keepalive probe, and detects the dead peer through the probe's retries,
