@@ -250,9 +250,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		progress "rtt $s B: cmecho, both sides busy-polled"
 		cmecho_run latbp 300 $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US
 		record "rtt_$s" cmecho_bp "$KV busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
-		progress "rtt $s B: cmecho, the server in softirq, the client busy-polled"
-		cmecho_run latsq 300 $s 1 $n - port=$(sport_of $s) busy_poll_us=$BUSY_POLL_US
-		record "rtt_$s" cmecho_sq "$KV server_poll_context=softirq busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
+		progress "rtt $s B: cmecho, both sides in softirq"
+		cmecho_run latsq 300 $s 1 $n - port=$(sport_of $s) poll_context=softirq
+		record "rtt_$s" cmecho_sq "$KV server_poll_context=softirq poll_context=softirq cpu_busy_us=$CPU"
 		progress "rtt $s B: ib_send_lat -R"
 		out=$(perftest ib_send_lat -s $s -n $n)
 		line=$(perftest_line $s <<<"$out")
