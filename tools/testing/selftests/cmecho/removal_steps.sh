@@ -77,11 +77,15 @@ links_up || ktap_print_msg "rxe links not back"
 # the removal came too late, twice in two tries). The removal's command, forked
 # beforehand, polls for that itself. The client ends in error, saying why.
 # The server's accept runs on that workqueue too and is slowed as much: its
-# accept_timeout_ms is long enough for that.
+# accept_timeout_ms is long enough for that. So is the client's
+# echo_timeout_ms: a removal that comes as the connect returns, after the
+# first message, takes longer than the default 30 s to reach the client
+# while every lock of its workers waits 5 s, and the message's echo, which
+# the removal keeps from coming, must not fail the client first.
 endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7541 accept_timeout_ms=600000 enable=1
 slow_lock_on kworker/u 300
 endpoint $NS_B ecli role=client mode=echo addr=$ADDR_A port=7541 count=10000000 \
-	connect_timeout_ms=600000 enable=1
+	connect_timeout_ms=600000 echo_timeout_ms=600000 enable=1
 # route_now: the client's connection has its route, or got further.
 route_now() {
 	local line
