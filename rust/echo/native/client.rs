@@ -271,7 +271,14 @@ impl ClientConn {
     /// Process context's [`ClientConn::send_more`].
     fn pump(&self, conn: &Conn<Self>) {
         let stopped = self.stopped(&self.hot.lock());
-        match conn.with_res(|io| self.send_more(io, stopped)) {
+        self.sent_more(conn, conn.with_res(|io| self.send_more(io, stopped)));
+    }
+
+    /// What process context does once it sent what it could: fails the
+    /// connection if a SEND could not be posted, else finishes it if that
+    /// was all.
+    fn sent_more(&self, conn: &Conn<Self>, sent: Result) {
+        match sent {
             Ok(()) => self.finish_if_over(conn),
             Err(e) => self.fail(conn, fmt!("cannot post a SEND: {}", ErrName(e))),
         }
@@ -399,7 +406,7 @@ impl ClientConn {
         match next {
             Ok(()) => self.finish_if_over(conn),
             Err(Step::Repost) => self.fail(conn, fmt!("cannot repost a receive")),
-            Err(Step::Send(e)) => self.fail(conn, fmt!("cannot post a SEND: {}", ErrName(e))),
+            Err(Step::Send(e)) => self.sent_more(conn, Err(e)),
         }
     }
 
@@ -413,10 +420,7 @@ impl ClientConn {
             };
             self.send_more(io, stopped)
         });
-        match sent {
-            Ok(()) => self.finish_if_over(conn),
-            Err(e) => self.fail(conn, fmt!("cannot post a SEND: {}", ErrName(e))),
-        }
+        self.sent_more(conn, sent);
     }
 
     fn fail(&self, conn: &Conn<Self>, what: core::fmt::Arguments<'_>) {
