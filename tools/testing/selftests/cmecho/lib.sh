@@ -475,9 +475,9 @@ trap cmecho_cleanup EXIT
 # task whose name starts with COMM waits MS milliseconds first
 # (slow_lock/slow_lock.c): the windows between cmecho's critical sections in
 # that task grow from nanoseconds to MS, so a race in them happens on every
-# try. slow_lock_off ends it; slow_lock_hits prints how many locks waited
-# since slow_lock_on. The module is loaded once per program (its probe sits
-# on a hot function) and unloaded by cmecho_cleanup.
+# try. slow_lock_off ends it, and the waits under way; slow_lock_hits prints
+# how many locks waited since slow_lock_on. The module is loaded once per
+# program (its probe sits on a hot function) and unloaded by cmecho_cleanup.
 SLOW_LOCK_PARAMS=/sys/module/cmecho_slow_lock/parameters
 slow_lock_on() {
 	if module_loaded cmecho_slow_lock; then

@@ -5,7 +5,8 @@
  * on every try. While loaded, each mutex that the code of module target= takes
  * (default cmecho), in a task whose name starts with comm=, waits delay_ms
  * before it is taken (a busy wait: the probe cannot sleep). hits counts them.
- * comm, delay_ms and hits may be rewritten while loaded (delay_ms=0 disarms):
+ * comm, delay_ms and hits may be rewritten while loaded (delay_ms=0 disarms,
+ * and ends the waits under way):
  * a test loads the module once and arms it as often as it needs, so that the
  * probe on this hot function is registered once, not once per use.
  *
@@ -86,7 +87,7 @@ static void slow_lock_wait(unsigned int ms)
 {
 	unsigned long flags;
 
-	while (ms--) {
+	while (ms-- && READ_ONCE(delay_ms)) {
 		mdelay(1);
 		local_irq_save(flags);
 		rcu_momentary_eqs();
