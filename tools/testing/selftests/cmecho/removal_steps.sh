@@ -78,10 +78,33 @@ links_up || ktap_print_msg "rxe links not back"
 # beforehand, polls for that itself. The client ends in error, saying why.
 # The server's accept runs on that workqueue too and is slowed as much: its
 # accept_timeout_ms is long enough for that. So is the client's
-# echo_timeout_ms: a removal that comes as the connect returns, after the
-# first message, takes longer than the default 30 s to reach the client
-# while every lock of its workers waits 5 s, and the message's echo, which
-# the removal keeps from coming, must not fail the client first.
+# echo_timeout_ms: the echo of a message the removal keeps from coming must
+# not fail the client first.
+# Once the CM has handed the removal to cmecho's handler (the rdma_cma
+# tracepoint cm_event_handler with DEVICE_REMOVAL, in a trace instance of this
+# program's), the slowing ends: what follows needs no window, and at 5 s a
+# lock the rest of the removal took 5 minutes. The hand-over itself waits
+# for cmecho's workers (156 s at 5 s a lock, in one run): 20 s after the
+# client is running, the connect's two locks are behind it, and the locks
+# wait 0.3 s again. The removal is issued inside the window; when the CM
+# hands it over depends on those workers: before the first echo in one run,
+# after 1 to 10 in others (last_error says how many).
+TR=/sys/kernel/tracing
+[ -e $TR/trace ] || mount -t tracefs nodev $TR
+# No comm recording (tracing.sh says why).
+echo 0 >$TR/options/record-cmd
+RT=$TR/instances/cmecho_removal_steps
+rmdir $RT 2>/dev/null
+mkdir $RT && echo 'event == 11' >$RT/events/rdma_cma/cm_event_handler/filter &&
+	echo 1 >$RT/events/rdma_cma/cm_event_handler/enable ||
+	ktap_print_msg "cannot trace rdma_cma's cm_event_handler"
+# removal_handed PID: a DEVICE_REMOVAL event went to a handler, or the
+# removal's command PID has ended.
+removal_handed() {
+	local t
+	t=$(<$RT/trace)
+	[[ $t == *DEVICE_REMOVAL* ]] || ! kill -0 "$1" 2>/dev/null
+}
 endpoint $NS_A esrv role=server mode=echo addr=$ADDR_A port=7541 accept_timeout_ms=600000 enable=1
 slow_lock_on kworker/u 300
 endpoint $NS_B ecli role=client mode=echo addr=$ADDR_A port=7541 count=10000000 \
@@ -92,14 +115,24 @@ route_now() {
 	read -r line <$CFS/ecli/connections
 	[[ $line == *"state route_resolved"* || $line == *"state established"* ]]
 }
+t0=$SECONDS
 poll 1200 route_now || ktap_print_msg "ecli: no route: $(<$CFS/ecli/connections)"
 echo 5000 >$SLOW_LOCK_PARAMS/delay_ms
 (state_is ecli running 1200 && exec rdma link del $RXE_B) &
 rp=$!
-wait $rp
+state_is ecli running 1200
+t1=$SECONDS
+poll 200 removal_handed $rp || echo 300 >$SLOW_LOCK_PARAMS/delay_ms
+poll 3000 removal_handed $rp
+grep -q DEVICE_REMOVAL $RT/trace || ktap_print_msg "ecli: no DEVICE_REMOVAL event in the trace"
+t2=$SECONDS
 slow_lock_off
+wait $rp
 state_is ecli error 300
+ktap_print_msg "ecli: running $((t1 - t0)) s after its route, the removal handed over $((t2 - t1)) s later, done $((SECONDS - t2)) s after that"
 ktap_print_msg "ecli: $(<$CFS/ecli/state); $(slow_lock_hits) slowed locks; last_error: $(<$CFS/ecli/last_error)"
+echo 0 >$RT/events/rdma_cma/cm_event_handler/enable
+rmdir $RT
 ktap_check "a removal between ESTABLISHED and connect's return: the client ends in error, with the reason" \
 	test "$(<$CFS/ecli/state)" = error -a "$(grep -c 'RDMA device was removed' $CFS/ecli/last_error)" = 1
 rmdir $CFS/ecli $CFS/esrv
