@@ -450,6 +450,17 @@ debugfs_on() {
 	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 }
 
+# tracefs_on: mounts tracefs at $TR where it is not mounted yet, and turns comm
+# recording off. With it, enabling the first event and disabling the last
+# (un)register probes on sched_switch and sched_wakeup, and the kernel patches
+# those hot call sites live (text_poke). On this debug kernel under TCG one
+# such patch ended in "Oops: int3" in ttwu_do_wakeup, a panic: another vCPU ran
+# the breakpoint after the patch was done. The events' fields do not need it.
+TR=/sys/kernel/tracing
+tracefs_on() {
+	{ [ -e $TR/trace ] || mount -t tracefs nodev $TR; } && echo 0 >$TR/options/record-cmd
+}
+
 # Leaves nothing behind for the next program, however this one ended: every
 # endpoint, the modules, and what runs in the namespaces (net_cleanup: the
 # namespaces and rxe links too, unless the next program takes them over). A

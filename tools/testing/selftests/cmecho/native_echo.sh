@@ -18,10 +18,8 @@ net_setup || ktap_print_msg "network setup failed"
 # default, unbound_workqueue, for the runs below; then each other poll
 # context. (Not `rdma res show cq`: iproute2 names the kernel's poll contexts
 # one off, a DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
-# tracing.sh.
-TR=/sys/kernel/tracing
-[ -e $TR/trace ] || mount -t tracefs nodev $TR
-echo 0 >$TR/options/record-cmd
+# tracefs_on in lib.sh.
+tracefs_on
 echo >$TR/trace
 echo 1 >$TR/events/rdma_core/cq_alloc/enable
 # polled CTX: how many CQs were allocated with poll context CTX since the

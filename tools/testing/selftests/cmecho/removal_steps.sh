@@ -89,13 +89,9 @@ links_up || ktap_print_msg "rxe links not back"
 # wait 0.3 s again. The removal is issued inside the window; when the CM
 # hands it over depends on those workers: before the first echo in one run,
 # after 1 to 10 in others (last_error says how many).
-TR=/sys/kernel/tracing
-[ -e $TR/trace ] || mount -t tracefs nodev $TR
-# No comm recording (tracing.sh says why).
-echo 0 >$TR/options/record-cmd
 RT=$TR/instances/cmecho_removal_steps
 rmdir $RT 2>/dev/null
-mkdir $RT && echo 'event == 11' >$RT/events/rdma_cma/cm_event_handler/filter &&
+tracefs_on && mkdir $RT && echo 'event == 11' >$RT/events/rdma_cma/cm_event_handler/filter &&
 	echo 1 >$RT/events/rdma_cma/cm_event_handler/enable ||
 	ktap_print_msg "cannot trace rdma_cma's cm_event_handler"
 # removal_handed PID: a DEVICE_REMOVAL event went to a handler, or the

@@ -15,15 +15,8 @@ dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
-TR=/sys/kernel/tracing
-[ -e $TR/trace ] || mount -t tracefs nodev $TR
+tracefs_on
 EV=$TR/events/cmecho
-# No comm recording: with it, enabling the first event and disabling the last
-# (un)register probes on sched_switch and sched_wakeup, and the kernel patches
-# those hot call sites live (text_poke). On this debug kernel under TCG one
-# such patch ended in "Oops: int3" in ttwu_do_wakeup, a panic: another vCPU ran
-# the breakpoint after the patch was done. The events' fields do not need it.
-echo 0 >$TR/options/record-cmd
 
 ktap_check "tracefs lists cmecho's five events" eval \
 	'[ -d $EV/cmecho_conn_state ] && [ -d $EV/cmecho_cm_step ] && [ -d $EV/cmecho_detect ] && [ -d $EV/cmecho_echo_rtt ] && [ -d $EV/cmecho_release ]'
