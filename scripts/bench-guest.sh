@@ -192,7 +192,7 @@ echo_servers() {
 }
 # One per size deep enough for the pipelined runs; one whose connections'
 # CQs are busy-polled, and one on the per-CPU workqueue (poll_context=workqueue;
-# the others run on the default, unbound_workqueue), for the depth-1 runs.
+# the others run on the default, softirq), for the depth-1 runs.
 echo_servers esrv 7300 depth=$BW_DEPTH mem_budget_kib=65536 || exit 1
 echo_servers bsrv 7320 depth=1 busy_poll_us=$BUSY_POLL_US || exit 1
 echo_servers wsrv 7340 depth=1 poll_context=workqueue || exit 1
@@ -262,8 +262,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 	# 1b. Where a depth-1 echo's time goes: the kernel's rdma_core:cq_process
 	# event gives, for each poll of a CQ, how long its poll context took to
-	# wake up after the CQ event (the core's unbound workqueue, the default,
-	# then its per-CPU one); the time is stamped by cq_schedule (and
+	# wake up after the CQ event (the default's, softirq, then the core's
+	# per-CPU workqueue); the time is stamped by cq_schedule (and
 	# cq_reschedule), enabled with it. Both sides' CQs are in the trace; polls
 	# and wake-ups are counted per echo.
 	for tool in cmecho cmecho_wq; do

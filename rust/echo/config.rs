@@ -11,12 +11,12 @@ use kernel::prelude::*;
 
 /// The longest address an endpoint accepts (an IPv6 address with a scope).
 pub(crate) const MAX_ADDR_LEN: usize = 64;
-/// Where an endpoint's completion work runs, by default: on any CPU. On the
-/// bench's Debian-configured kernel (HZ 250, lazy preemption) a per-CPU work
-/// item waits for the provider's task that made the completion to leave its
-/// CPU; an unbound one wakes on the idle CPU (`make bench`, sections 1 and
-/// 1c; Documentation/cmecho-performance.rst).
-pub(crate) const DEFAULT_POLL_CONTEXT: PollContext = PollContext::UnboundWorkqueue;
+/// Where an endpoint's completion work runs, by default: in the CQ's softirq.
+/// A native echo connection's echoes then need no work item on either side,
+/// the fastest and cheapest mode of `make bench` (sections 1 and 1d;
+/// Documentation/cmecho-performance.rst); what the fast path leaves goes to
+/// cmecho's workqueue.
+pub(crate) const DEFAULT_POLL_CONTEXT: PollContext = PollContext::Softirq;
 /// The most connections a server keeps at once, by default. Each holds a QP,
 /// a CQ, a PD, an MR and its buffers beyond what `mem_budget_kib` counts; 256
 /// is 64 clients of a full `clients` four times over.

@@ -238,9 +238,9 @@ pub(crate) struct ConnParams {
     pub(crate) connect_timeout_ms: u32,
     /// Busy polling, in µs: how long the connection's completion work goes on
     /// polling its CQ after the last completion before it sleeps until the
-    /// next; 0 leaves the CQ to the core's workqueue (`IB_POLL_WORKQUEUE` or
-    /// `IB_POLL_UNBOUND_WORKQUEUE`, as `poll_context` says), which sleeps at
-    /// once. The handlers run in the same context either way; polling costs
+    /// next; 0 leaves the CQ to the core, as `poll_context` says: its
+    /// workqueue (`IB_POLL_WORKQUEUE` or `IB_POLL_UNBOUND_WORKQUEUE`), which
+    /// sleeps at once, or its softirq (`IB_POLL_SOFTIRQ`). The handlers run in the same context either way; polling costs
     /// CPU time, and saves the wake-up of a work item for a completion that
     /// comes within it.
     pub(crate) busy_poll_us: u32,

@@ -55,7 +55,7 @@ enable=0 min_rnr_timer=unset retry_count=unset rnr_retry_count=unset tos=unset
 ece_vendor_id=unset ece_attr_mod=unset ece_policy=relaxed initiator_depth=unset
 responder_resources=unset max_conns=256 mode=rping depth=1 duration_ms=unset
 mem_budget_kib=65536 resolve_timeout_ms=2000 resolve_retries=3 connect_timeout_ms=30000
-accept_timeout_ms=30000 echo_timeout_ms=30000 busy_poll_us=0 poll_context=unbound_workqueue"
+accept_timeout_ms=30000 echo_timeout_ms=30000 busy_poll_us=0 poll_context=softirq"
 ok=1
 for kv in $DEFAULTS; do
 	got=$(<$CFS/ep/${kv%%=*})

@@ -9,15 +9,15 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 21
+ktap_set_plan 22
 dmesg_mark
 load_cmecho
 net_setup || ktap_print_msg "network setup failed"
 
 # The core's rdma_core:cq_alloc events say how each CQ is polled: the
-# default, unbound_workqueue, for the runs below; then each other poll
-# context. (Not `rdma res show cq`: iproute2 names the kernel's poll contexts
-# one off, a DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
+# default, softirq, for the runs below; then each other poll context. (Not
+# `rdma res show cq`: iproute2 names the kernel's poll contexts one off, a
+# DIRECT CQ as UNBOUND_WORKQUEUE.) No comm recording: see
 # tracefs_on in lib.sh.
 tracefs_on
 echo >$TR/trace
@@ -54,9 +54,9 @@ for size in 1 64 4096 65536; do
 		rmdir $CFS/$ep
 	done
 done
-n=$(polled UNBOUND_WORKQUEUE)
-ktap_print_msg "CQs allocated for the unbound workqueue: $n"
-ktap_check "poll_context unbound_workqueue (the default): the 8 clients' and their server connections' CQs polled on the core's unbound workqueue" \
+n=$(polled SOFTIRQ)
+ktap_print_msg "CQs allocated for softirq polling: $n"
+ktap_check "poll_context softirq (the default): the 8 clients' and their server connections' CQs polled in softirq" \
 	test $n -ge 16
 
 # pc_run NAME SERVER_KNOBS CLIENT_KNOBS: a 3 s depth-8 echo of 4 KiB
@@ -81,6 +81,13 @@ pc_run() {
 	return $r
 }
 
+pc_run u poll_context=unbound_workqueue poll_context=unbound_workqueue
+ok=$?
+n=$(polled UNBOUND_WORKQUEUE)
+ktap_print_msg "CQs allocated for the unbound workqueue: $n"
+ktap_check "poll_context unbound_workqueue: both sides' CQs polled on the core's unbound workqueue, echoes at depth 8 verified, none in softirq" \
+	test $ok = 0 -a $n -ge 2 -a "$SOFT" = 0 -a "$CSOFT" = 0
+
 pc_run w poll_context=workqueue poll_context=workqueue
 ok=$?
 n=$(polled WORKQUEUE)
@@ -102,7 +109,8 @@ ktap_check "poll_context softirq: both sides' CQs polled in softirq, both echoin
 
 # busy_poll_us on both sides: each connection's CQ is polled by cmecho's own
 # work item, which polls on for 500 us after each completion; the echoes are
-# the same, and verified. The client's poller is unbound (the default), the
+# the same, and verified. The client's poller is unbound, its fast path on
+# the poller with bottom halves off (poll_context softirq, the default), the
 # server's per CPU; both CQs are allocated for direct polling (the core polls
 # none of them).
 pc_run b "busy_poll_us=500 poll_context=workqueue" busy_poll_us=500

@@ -30,8 +30,8 @@ busy() {
 }
 
 # Each side in turn: its endpoint disables (closing 16 connections) while its
-# device goes away, both started together, ROUNDS times; the first round on
-# the core's unbound workqueue (the default), in the second both sides' CQs
+# device goes away, both started together, ROUNDS times; the first round in
+# the CQs' softirq (the default poll context), in the second both sides' CQs
 # busy-polled (busy_poll_us) in softirq mode (poll_context=softirq), so that
 # the removal also stops pollers that may be polling, with the server's
 # echoes on their fast path and the rest on cmecho's completion workqueue,
