@@ -181,36 +181,49 @@ silent_end dead
 mute_check rmute 7308 "an rping server" "ping 0: no answer within echo_timeout_ms 2000" \
 	mode=rping count=5
 
-# idle_check EP MODE PORT [KNOB]: the peer connects to server EP (MODE) and sends
-# nothing; once it is established, its namespace's egress is cut, as if its
-# host had died. The server probes a connection idle for 10 s, and ends it when
-# the probe is not acknowledged 10 s later (the peer's connect request asked
-# for retry count 7, which rxe retries for ever): the peer does not hold it.
-idle_check() {
-	local ep=$1 mode=$2 port=$3 pid t0
-	tc -n $NS_B qdisc add dev vb root netem loss 0%
-	endpoint $NS_A $ep role=server mode=$mode addr=$ADDR_A port=$port ack_timeout=14 $4 enable=1
-	ip netns exec $NS_B "$PEER" rping $ADDR_A $port idle >/tmp/peer_idle.log 2>&1 &
-	pid=$!
-	wait_for 600 grep -q "idle: established" /tmp/peer_idle.log &&
-		tc -n $NS_B qdisc change dev vb root netem loss 100%
-	t0=$SECONDS
+# idle_start EP MODE PORT [KNOB]: the peer connects to server EP (MODE) and
+# sends nothing; its pid is added to IDLE_PIDS.
+idle_start() {
+	endpoint $NS_A $1 role=server mode=$2 addr=$ADDR_A port=$3 ack_timeout=14 $4 enable=1
+	ip netns exec $NS_B "$PEER" rping $ADDR_A $3 idle >/tmp/peer_$1.log 2>&1 &
+	IDLE_PIDS+=" $!"
+}
+# idle_end EP MODE: server EP's connection was probed once it had been idle
+# for 10 s, and ended when the probe was not acknowledged 10 s later (the
+# peer's connect request asked for retry count 7, which rxe retries for
+# ever): the peer does not hold it.
+idle_end() {
+	local ep=$1 mode=$2
 	wait_for 600 grep -q "probe not acknowledged within 10000 ms" $CFS/$ep/last_error
-	ktap_print_msg "$ep: $((SECONDS - t0)) s after the cut; connections: $(tr '\n' ';' <$CFS/$ep/connections)"
+	ktap_print_msg "$ep: $((SECONDS - t_cut)) s after the cut; connections: $(tr '\n' ';' <$CFS/$ep/connections)"
 	ep_diag $ep
 	ktap_check "$mode server: a client that went silent once connected is probed after 10 s idle, its connection ended 10 s later" \
 		eval 'grep -q "probe not acknowledged within 10000 ms" $CFS/$ep/last_error &&
 			poll 100 all_closed $ep && [ "$(ep_get $ep stats errors)" -ge 1 ]'
 	rmdir $CFS/$ep
-	tc -n $NS_B qdisc del dev vb root
-	kill $pid 2>/dev/null
-	wait $pid
-	sed 's/^/# peer idle: /' /tmp/peer_idle.log
 }
-# The echo server in softirq: its probe, and the probe's failure, go to
-# process context, the way a softirq CQ defers what its fast path leaves.
-idle_check idle_echo echo 7311 poll_context=softirq
-idle_check idle_rping rping 7312
+# Two servers, an echo one in softirq (its probe, and the probe's failure, go
+# to process context, the way a softirq CQ defers what its fast path leaves)
+# and an rping one on the unbound workqueue, each with a peer
+# connected; once both are established, their namespace's egress is cut, as
+# if their host had died. One cut, one wait of 20 s for both.
+tc -n $NS_B qdisc add dev vb root netem loss 0%
+IDLE_PIDS=
+idle_start idle_echo echo 7311 poll_context=softirq
+idle_start idle_rping rping 7312 poll_context=unbound_workqueue
+wait_for 600 grep -q "idle: established" /tmp/peer_idle_echo.log &&
+	wait_for 600 grep -q "idle: established" /tmp/peer_idle_rping.log &&
+	tc -n $NS_B qdisc change dev vb root netem loss 100%
+t_cut=$SECONDS
+idle_end idle_echo echo
+idle_end idle_rping rping
+tc -n $NS_B qdisc del dev vb root
+# shellcheck disable=SC2086
+kill $IDLE_PIDS 2>/dev/null
+# shellcheck disable=SC2086
+wait $IDLE_PIDS
+sed 's/^/# peer idle (echo): /' /tmp/peer_idle_echo.log
+sed 's/^/# peer idle (rping): /' /tmp/peer_idle_rping.log
 
 # Four connect requests that get a reply and never the RTU: the server's new
 # connections fail before they are established. They are released at once and
