@@ -81,19 +81,20 @@ pc_run() {
 	return $r
 }
 
-pc_run u poll_context=unbound_workqueue poll_context=unbound_workqueue
-ok=$?
-n=$(polled UNBOUND_WORKQUEUE)
-ktap_print_msg "CQs allocated for the unbound workqueue: $n"
-ktap_check "poll_context unbound_workqueue: both sides' CQs polled on the core's unbound workqueue, echoes at depth 8 verified, none in softirq" \
-	test $ok = 0 -a $n -ge 2 -a "$SOFT" = 0 -a "$CSOFT" = 0
-
-pc_run w poll_context=workqueue poll_context=workqueue
-ok=$?
-n=$(polled WORKQUEUE)
-ktap_print_msg "CQs allocated for the per-CPU workqueue: $n"
-ktap_check "poll_context workqueue: both sides' CQs polled on the core's per-CPU workqueue, echoes at depth 8 verified, none in softirq" \
-	test $ok = 0 -a $n -ge 2 -a "$SOFT" = 0 -a "$CSOFT" = 0
+# wq_run NAME CONTEXT TRACED WHERE: pc_run with poll_context CONTEXT on both
+# sides, the core's workqueue WHERE: their CQs allocated as TRACED, none
+# echoing in softirq.
+wq_run() {
+	local ok n
+	pc_run $1 poll_context=$2 poll_context=$2
+	ok=$?
+	n=$(polled $3)
+	ktap_print_msg "CQs allocated for $4: $n"
+	ktap_check "poll_context $2: both sides' CQs polled on $4, echoes at depth 8 verified, none in softirq" \
+		test $ok = 0 -a $n -ge 2 -a "$SOFT" = 0 -a "$CSOFT" = 0
+}
+wq_run u unbound_workqueue UNBOUND_WORKQUEUE "the core's unbound workqueue"
+wq_run w workqueue WORKQUEUE "the core's per-CPU workqueue"
 
 # softirq on both sides: the server's connection posts each echo, and
 # reposts each receive, in its CQ's softirq; the client's verifies each
