@@ -63,7 +63,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	ADVISE_DELAY_MS=(5)
 fi
 
-total=$((ROUNDS * (2 * ${#SIZES[@]} * 2 + ${#SIZES[@]} + 2 * ${#AGG_SIZES[@]} + 1 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
+total=$((ROUNDS * (7 * ${#SIZES[@]} + 2 * ${#AGG_SIZES[@]} + 2 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -190,18 +190,18 @@ echo_servers() {
 		i=$((i + 1))
 	done
 }
-# One per size deep enough for the pipelined runs; one whose connections'
-# CQs are busy-polled, and one on the per-CPU workqueue (poll_context=workqueue;
-# the others run on the default, softirq), for the depth-1 runs.
+# One per size deep enough for the pipelined runs (on the default poll
+# context, softirq); for the depth-1 runs, one whose connections' CQs are
+# busy-polled, one on the core's per-CPU workqueue and one on its unbound one
+# (poll_context=workqueue, unbound_workqueue): each poll context side by side.
 echo_servers esrv 7300 depth=$BW_DEPTH mem_budget_kib=65536 || exit 1
 echo_servers bsrv 7320 depth=1 busy_poll_us=$BUSY_POLL_US || exit 1
 echo_servers wsrv 7340 depth=1 poll_context=workqueue || exit 1
-# One whose connections' CQs run in softirq, where it echoes (1d).
-echo_servers ssrv 7360 depth=1 poll_context=softirq || exit 1
+echo_servers usrv 7360 depth=1 poll_context=unbound_workqueue || exit 1
 port_of() { local i=0 s; for s in "${SIZES[@]}"; do [ "$s" = "$1" ] && echo $((7300 + i)); i=$((i + 1)); done; }
 bport_of() { echo $(($(port_of $1) + 20)); }
 wport_of() { echo $(($(port_of $1) + 40)); }
-sport_of() { echo $(($(port_of $1) + 60)); }
+uport_of() { echo $(($(port_of $1) + 60)); }
 # The CM setup's 500 connections at once: above max_conns' default of 256.
 endpoint $NS_A rsrv role=server mode=rping addr=$ADDR_A port=7310 max_conns=1024 enable=1 || exit 1
 
@@ -250,9 +250,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		progress "rtt $s B: cmecho, both sides busy-polled"
 		cmecho_run latbp 300 $s 1 $n - port=$(bport_of $s) busy_poll_us=$BUSY_POLL_US
 		record "rtt_$s" cmecho_bp "$KV busy_poll_us=$BUSY_POLL_US cpu_busy_us=$CPU"
-		progress "rtt $s B: cmecho, both sides in softirq"
-		cmecho_run latsq 300 $s 1 $n - port=$(sport_of $s) poll_context=softirq
-		record "rtt_$s" cmecho_sq "$KV server_poll_context=softirq poll_context=softirq cpu_busy_us=$CPU"
+		progress "rtt $s B: cmecho, both sides on the unbound workqueue"
+		cmecho_run latuq 300 $s 1 $n - port=$(uport_of $s) poll_context=unbound_workqueue
+		record "rtt_$s" cmecho_uq "$KV poll_context=unbound_workqueue cpu_busy_us=$CPU"
 		progress "rtt $s B: ib_send_lat -R"
 		out=$(perftest ib_send_lat -s $s -n $n)
 		line=$(perftest_line $s <<<"$out")
