@@ -26,6 +26,8 @@ RAW=$OUT/raw.tsv
 SIZES=(64 4096 65536)
 # Depth-1 RTT iterations per size, and the pipelined runs' depth and length.
 declare -A LAT_ITERS=([64]=2000 [4096]=1000 [65536]=300)
+# The traced pipelined runs' echoes (1b): short, so that the trace holds them.
+declare -A PROF_BW_N=([64]=4000 [4096]=2000 [65536]=200)
 BW_DEPTH=64
 BW_MS=3000
 # Many connections: one client endpoint's connections ("clients", at most 64)
@@ -63,7 +65,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
 	ADVISE_DELAY_MS=(5)
 fi
 
-total=$((ROUNDS * (7 * ${#SIZES[@]} + 2 * ${#AGG_SIZES[@]} + 2 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
+total=$((ROUNDS * (7 * ${#SIZES[@]} + 2 * ${#AGG_SIZES[@]} + 4 * ${#SIZES[@]} + 2 + 3 + 3 * ${#CM_CONNS[@]} + ${#DETECT_T[@]} * ${#DETECT_RETRY[@]} + ${#LOSS_T[@]} * ${#LOSS_PCT[@]} + 2 * ${#ADVISE_DELAY_MS[@]} + 2)))
 step=0
 t_start=$EPOCHREALTIME
 progress() {
@@ -265,34 +267,108 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	# wake up after the CQ event (the default's, softirq, then the core's
 	# per-CPU workqueue); the time is stamped by cq_schedule (and
 	# cq_reschedule), enabled with it. Both sides' CQs are in the trace; polls
-	# and wake-ups are counted per echo.
-	for tool in cmecho cmecho_wq; do
-		knobs=()
-		[ $tool = cmecho_wq ] && knobs=(port=$(wport_of 64) poll_context=workqueue)
-		progress "profile: CQ poll wake-ups in a 64 B depth-1 echo ($tool)"
-		[ -d $TRACEFS/events/rdma_core/cq_process ] || break
+	# and wake-ups are counted per echo. The workqueue events give, per
+	# workqueue, how many work items ran and how long each waited from being
+	# queued to running: rxe's tasks (rxe_wq), the core's CQ work, cmecho's
+	# deferred completion work (cmecho_comp). The same for a 64 B rping
+	# protocol run of cmecho against cmecho, per ping, and for ib_send_lat,
+	# per iteration: rxe's waits there are what perftest's round trip pays.
+	# The default and ib_send_lat at every size, the rest at 64 B; then, per
+	# message on the wire, pipelined runs (depth 64, PROF_BW_N echoes) of
+	# cmecho and of ib_send_bw -b, at every size.
+	profs=(cmecho:64 cmecho_wq:64 rping:64 ib_send_lat:64)
+	for s in "${SIZES[@]}"; do [ $s = 64 ] || profs+=(cmecho:$s ib_send_lat:$s); done
+	for s in "${SIZES[@]}"; do profs+=(cmecho_bw:$s ib_send_bw:$s); done
+	# The events are enabled once for all the profile runs, and disabled
+	# after them: enabling or disabling an event patches its call sites live
+	# (process_one_work's among them, run all the time), and under TCG such a
+	# patch has ended in a panic ("Oops: int3" in process_one_work, in the
+	# second round of a run that toggled them around each profile run).
+	# Between runs only tracing_on changes, which patches nothing.
+	events=(rdma_core/cq_schedule rdma_core/cq_reschedule rdma_core/cq_process
+		workqueue/workqueue_queue_work workqueue/workqueue_execute_start workqueue/workqueue_execute_end
+		irq/softirq_entry irq/softirq_exit)
+	if [ -d $TRACEFS/events/rdma_core/cq_process ]; then
 		echo 0 >$TRACEFS/tracing_on
-		echo 16384 >$TRACEFS/buffer_size_kb
+		echo 32768 >$TRACEFS/buffer_size_kb
+		for e in "${events[@]}"; do echo 1 >$TRACEFS/events/$e/enable; done
+	else
+		profs=()
+	fi
+	for prof in "${profs[@]}"; do
+		tool=${prof%:*} s=${prof#*:}
+		progress "profile: wake-ups in a $s B depth-1 echo, rping ping or round trip ($tool)"
 		echo >$TRACEFS/trace
-		for e in cq_schedule cq_reschedule cq_process; do
-			echo 1 >$TRACEFS/events/rdma_core/$e/enable
-		done
 		echo 1 >$TRACEFS/tracing_on
-		echo_client prof 64 1 ${LAT_ITERS[64]} - "${knobs[@]}" && wait_done prof 300
+		case $tool in
+		cmecho) echo_client prof $s 1 ${LAT_ITERS[$s]} - ;;
+		cmecho_wq) echo_client prof $s 1 ${LAT_ITERS[$s]} - port=$(wport_of $s) poll_context=workqueue ;;
+		rping) endpoint $NS_B prof role=client mode=rping addr=$ADDR_A port=7310 size=$s count=500 enable=1 ;;
+		ib_send_lat) out=$(perftest ib_send_lat -s $s -n ${LAT_ITERS[$s]}) ;;
+		cmecho_bw) echo_client prof $s $BW_DEPTH ${PROF_BW_N[$s]} - ;;
+		ib_send_bw) out=$(perftest ib_send_bw -b -s $s -t $BW_DEPTH -n ${PROF_BW_N[$s]} --report_gbits) ;;
+		esac && { [ ${tool#ib_send_} != $tool ] || wait_done prof 300; }
 		echo 0 >$TRACEFS/tracing_on
-		for e in cq_schedule cq_reschedule cq_process; do
-			echo 0 >$TRACEFS/events/rdma_core/$e/enable
-		done
 		# "wake-up took N [us] from interrupt" (after a CQ event) or "from
 		# reschedule" (a poll that used up its budget and queued itself again).
 		wake=$(sed -n 's/.*cq_process: .*wake-up took \([0-9]*\) \[us\] from \([a-z]*\).*/\1 \2/p' $TRACEFS/trace |
 			sort -n | awk '$2 == "interrupt" { v[++n] = $1; sum += $1 } $2 != "interrupt" { re++ }
 				END { if (n) printf "polls=%d reschedules=%d wake_sum_us=%d wake_p50_us=%d wake_p99_us=%d",
 					n, re, sum, v[int((n + 1) / 2)], v[int((n * 99 + 99) / 100)] }')
+		# Per workqueue W: wq_W_n work items run, wq_W_us their waits in all
+		# (queued to running), wq_W_run_us their running time in all (start
+		# to end: CPU time, but for what preempts them). The timestamp is the
+		# field before the event's name; a work item is pending from its
+		# queueing to its start.
+		wqs=$(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^workqueue_(queue_work|execute_start|execute_end):$/) break
+				if (i > NF) next
+				ts = $(i - 1); sub(/:$/, "", ts)
+				if ($i == "workqueue_queue_work:") {
+					w = ""; q = ""
+					for (j = i + 1; j <= NF; j++) {
+						if ($j ~ /^struct=/) w = substr($j, 8)
+						if ($j ~ /^workqueue=/) q = substr($j, 11)
+					}
+					if (w != "" && !(w in t)) { t[w] = ts; wq[w] = q }
+					next
+				}
+				w = $(i + 3); sub(/:$/, "", w)
+				if ($i == "workqueue_execute_start:") {
+					if (w in t) {
+						q = wq[w]; n[q]++; us[q] += (ts - t[w]) * 1e6
+						delete t[w]; delete wq[w]; st[w] = ts; sq[w] = q
+					}
+				} else if (w in st) { run[sq[w]] += (ts - st[w]) * 1e6; delete st[w]; delete sq[w] } }
+			END { for (q in n) printf " wq_%s_n=%d wq_%s_us=%d wq_%s_run_us=%d", q, n[q], q, us[q], q, run[q] }' $TRACEFS/trace)
+		# Per softirq action A: sirq_A_n runs, sirq_A_us their time in all,
+		# entry to exit on the same CPU (the CPU is the [NNN] field). A
+		# softirq run at the end of a work item's bottom-half section counts
+		# in the work item's running time too.
+		sirq=$(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^softirq_(entry|exit):$/) break
+				if (i > NF) next
+				c = ""; for (j = 1; j < i; j++) if ($j ~ /^\[[0-9]+\]$/) c = $j
+				ts = $(i - 1); sub(/:$/, "", ts)
+				a = $(i + 2); gsub(/^\[action=|\]$/, "", a)
+				if ($i == "softirq_entry:") { st[c] = ts; sa[c] = a }
+				else if ((c in st) && sa[c] == a) { n[a]++; us[a] += (ts - st[c]) * 1e6; delete st[c] } }
+			END { for (a in n) printf " sirq_%s_n=%d sirq_%s_us=%d", a, n[a], a, us[a] }' $TRACEFS/trace)
 		lost=$(cat $TRACEFS/per_cpu/cpu*/stats | awk '/^overrun:/ { s += $2 } END { print s + 0 }')
-		record profile $tool "state=$(<$CFS/prof/state) poll_context=$(<$CFS/prof/poll_context) trace_lost=$lost $wake $(stats_kv prof)"
+		if [ $tool = ib_send_lat ]; then
+			read -r _ iters _ _ _ tavg _ <<<"$(perftest_line $s <<<"$out")"
+			record profile $tool "size=$s state=done trace_lost=$lost$wqs$sirq pings=$iters t_avg_us=$tavg"
+			continue
+		elif [ $tool = ib_send_bw ]; then
+			# Its iterations count both directions (section 2c).
+			read -r _ iters _ <<<"$(perftest_line $s <<<"$out")"
+			record profile $tool "size=$s state=done trace_lost=$lost$wqs$sirq pings=$iters"
+			continue
+		fi
+		record profile $tool "size=$s state=$(<$CFS/prof/state) poll_context=$(<$CFS/prof/poll_context) trace_lost=$lost $wake$wqs$sirq $(stats_kv prof)"
 		rm_ep prof
 	done
+	if [ ${#profs[@]} -gt 0 ]; then
+		for e in "${events[@]}"; do echo 0 >$TRACEFS/events/$e/enable; done
+	fi
 
 	# 2. Many in flight: cmecho (depth 64, 3 s) vs ib_send_bw -R -b (tx depth 64),
 	# each run's CPU time as in 1.
