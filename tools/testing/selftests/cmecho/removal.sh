@@ -31,17 +31,19 @@ busy() {
 
 # Each side in turn: its endpoint disables (closing 16 connections) while its
 # device goes away, both started together, ROUNDS times; the first round in
-# the CQs' softirq (the default poll context), in the second both sides' CQs
-# busy-polled (busy_poll_us) in softirq mode (poll_context=softirq), so that
-# the removal also stops pollers that may be polling, with the server's
-# echoes on their fast path and the rest on cmecho's completion workqueue,
-# which the release waits for.
+# the CQs' softirq (the default poll context). In the server's second round
+# both sides' CQs are busy-polled (busy_poll_us) in softirq mode
+# (poll_context=softirq), so that the removal also stops pollers that may be
+# polling, with the server's echoes on their fast path and the rest on
+# cmecho's completion workqueue, which the release waits for; in the client's
+# second round both sides' CQs are on the core's unbound workqueue.
 net_setup || ktap_print_msg "network setup failed"
 for side in server client; do
 	ok=1
 	for ((r = 0; r < ROUNDS; r++)); do
 		knob=busy_poll_us=0
 		[ $r = 1 ] && knob="busy_poll_us=200 poll_context=softirq"
+		[ $r = 1 ] && [ $side = client ] && knob=poll_context=unbound_workqueue
 		busy $((7500 + r)) $knob || { ktap_print_msg "$side round $r ($knob): not all connected"; ep_diag srv; }
 		if [ $side = server ]; then
 			ep=srv link=$RXE_A
@@ -56,7 +58,7 @@ for side in server client; do
 		no_cmecho_cm_ids || ok=0
 		links_up || { ktap_print_msg "rxe links not back"; ok=0; }
 	done
-	ktap_check "$side: device removed while the $side closes 16 connections, $ROUNDS times (busy-polled in softirq mode the second): all returns, nothing left" \
+	ktap_check "$side: device removed while the $side closes 16 connections, $ROUNDS times (the second: $knob): all returns, nothing left" \
 		test $ok = 1
 done
 
@@ -98,10 +100,11 @@ rmdir $CFS/srv
 # 64 live connections echoing, and the server's device goes away under them:
 # every connection and the listener see DEVICE_REMOVAL at once, and each client
 # connection, its echo unanswered, ends after its retries. Throttled while the
-# 64 come up (lib.sh), with T=20 above the round trip.
+# 64 come up (lib.sh), with T=20 above the round trip. The server's CQs on the
+# core's per-CPU workqueue (poll_context), the clients' in softirq.
 throttle_on
 endpoint $NS_A srv role=server mode=echo depth=1 size=64 addr=$ADDR_A port=7520 \
-	ack_timeout=20 enable=1
+	ack_timeout=20 poll_context=workqueue enable=1
 endpoint $NS_B cli role=client mode=echo depth=1 size=64 addr=$ADDR_A port=7520 clients=64 \
 	count=10000000 retry_count=3 ack_timeout=20 connect_timeout_ms=300000 enable=1
 key_is srv stats active 64 3000

@@ -3,7 +3,8 @@
 # cmecho's echo service against the stock rping of rdma-core, both ways, and
 # against itself with four clients at once, across two namespaces over rxe;
 # the client against a stock server with its CQ busy-polled (busy_poll_us),
-# the server with its CQs in softirq (poll_context).
+# the server with its CQs in softirq (poll_context), the failing client's on
+# the core's unbound workqueue and the four clients' on its per-CPU one.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
@@ -56,7 +57,8 @@ reg_failure() {
 	rs=$!
 	wait_for 600 cm_listening 7176
 	fail_call_on rxe_reg_fast_mr -22 1 || return 1
-	endpoint $NS_B reg role=client addr=$ADDR_A port=7176 count=100 size=1024 enable=1
+	endpoint $NS_B reg role=client addr=$ADDR_A port=7176 count=100 size=1024 \
+		poll_context=unbound_workqueue enable=1
 	wait_done reg 60
 	hits=$(fail_call_hits)
 	fail_call_off
@@ -71,8 +73,10 @@ reg_failure() {
 ktap_check "a failed memory registration ends the client in error, with its reason" reg_failure
 
 # All four up at once: a count they cannot finish keeps them connected until
-# enable=0 closes them (state idle, stats kept); then 100 pings each.
-endpoint $NS_B four role=client addr=$ADDR_A count=10000000 size=512 clients=4 enable=1
+# enable=0 closes them (state idle, stats kept); then 100 pings each. Their
+# CQs on the core's per-CPU workqueue (poll_context).
+endpoint $NS_B four role=client addr=$ADDR_A count=10000000 size=512 clients=4 \
+	poll_context=workqueue enable=1
 key_is srv stats active 4 3000
 all_up=$?
 ktap_print_msg "server active $(ep_get srv stats active); client $(<$CFS/four/state), connections $(ep_get four stats connections)"
